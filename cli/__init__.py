@@ -1,0 +1,1 @@
+"""magnetsdk.cli: the ``magnet`` command, a thin shell over the library."""

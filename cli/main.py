@@ -1,0 +1,23 @@
+"""The ``magnet`` command group. Each concept's commands live in their own module and are
+registered here; commands parse options, call one library function and print the result."""
+
+from __future__ import annotations
+
+import click
+from magnetsdk.cli import runtime
+
+from magnetsdk import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="magnet")
+def cli() -> None:
+    """magnetsdk: one decoder LLM that embeds, infills and generates."""
+
+
+for command in runtime.COMMANDS:
+    cli.add_command(command)
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,226 @@
+"""``magnet encode | infill | generate | info | demo``: the runtime surfaces of one model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from magnetsdk.cli.inputs import gather_texts
+from magnetsdk.cli.options import model_options, open_magnet, print_jsonl, print_table
+
+_INPUT = click.option(
+    "--input",
+    "-i",
+    "input_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Read one text per line from FILE (.jsonl: the 'text' field); '-' for stdin.",
+)
+_FORMAT = click.option(
+    "--format", "-f", "fmt", type=click.Choice(["jsonl", "table"]), default="jsonl", show_default=True
+)
+
+
+@click.command()
+@click.argument("texts", nargs=-1)
+@_INPUT
+@model_options
+@click.option("--instruction", default=None, help="Instruction prefix [default: the model's].")
+@click.option("--pooling", type=click.Choice(["last", "mean"]), default=None, help="[default: the model's]")
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-length", default=None, type=click.IntRange(min=8), help="[default: the model's, 512]")
+@click.option("--no-normalize", is_flag=True, help="Do not L2-normalise the embeddings.")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the embeddings to a .npy file instead of printing them.",
+)
+@_FORMAT
+def encode(
+    texts,
+    input_file,
+    model,
+    adapter,
+    device,
+    dtype,
+    instruction,
+    pooling,
+    batch_size,
+    max_length,
+    no_normalize,
+    output,
+    fmt,
+):
+    """Embed texts. Prints one JSON line per text, or a table of pairwise cosine similarities."""
+    import numpy as np
+
+    items = gather_texts(texts, input_file)
+    magnet = open_magnet(model, adapter, device, dtype)
+    vectors = magnet.encode(
+        items,
+        instruction=instruction,
+        batch_size=batch_size,
+        normalize=not no_normalize,
+        max_length=max_length,
+        pooling=pooling,
+    )
+    if output is not None:
+        tmp = output.with_name(output.name + ".tmp.npy")
+        np.save(tmp, vectors)
+        tmp.replace(output)
+        click.echo(f"wrote {vectors.shape[0]} x {vectors.shape[1]} embeddings to {output}", err=True)
+        return
+    if fmt == "table":
+        unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        sims = unit @ unit.T
+        labels = [f"[{i}] {t[:40]}" for i, t in enumerate(items)]
+        print_table(
+            ["text", *[f"[{i}]" for i in range(len(items))]],
+            [[label, *[f"{s:.3f}" for s in row]] for label, row in zip(labels, sims, strict=True)],
+        )
+        return
+    print_jsonl(
+        [
+            {"text": t, "embedding": [round(float(x), 6) for x in v]}
+            for t, v in zip(items, vectors, strict=True)
+        ]
+    )
+
+
+@click.command()
+@click.argument("texts", nargs=-1)
+@_INPUT
+@model_options
+@click.option("--left", default=None, help="Text before the gap (instead of a marked text).")
+@click.option("--right", default=None, help="Text after the gap.")
+@click.option("--marker", default="[GAP]", show_default=True, help="The gap marker inside texts.")
+@click.option("--max-new-tokens", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0), help="0 is greedy."
+)
+@click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True))
+@click.option("--seed", default=None, type=int)
+@_FORMAT
+def infill(
+    texts,
+    input_file,
+    model,
+    adapter,
+    device,
+    dtype,
+    left,
+    right,
+    marker,
+    max_new_tokens,
+    temperature,
+    top_p,
+    seed,
+    fmt,
+):
+    """Fill the gaps marked in each text (default marker: [GAP]) using both sides."""
+    if left is not None or right is not None:
+        if texts or input_file:
+            raise click.UsageError("give either marked texts or --left/--right, not both")
+        items = [f"{left or ''}{marker}{right or ''}"]
+    else:
+        items = gather_texts(texts, input_file)
+    magnet = open_magnet(model, adapter, device, dtype)
+    try:
+        results = magnet.infill(
+            items,
+            gap_marker=marker,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+        )
+    except ValueError as error:
+        raise click.ClickException(str(error)) from None
+    if fmt == "table":
+        print_table(
+            ["input", "spans", "filled"],
+            [[t, " | ".join(r.spans), r.text] for t, r in zip(items, results, strict=True)],
+        )
+        return
+    print_jsonl([{"input": t, "text": r.text, "spans": r.spans} for t, r in zip(items, results, strict=True)])
+
+
+@click.command()
+@click.argument("prompts", nargs=-1)
+@_INPUT
+@model_options
+@click.option("--max-new-tokens", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--temperature", default=0.7, show_default=True, type=click.FloatRange(min=0), help="0 is greedy."
+)
+@click.option("--top-p", default=0.9, show_default=True, type=click.FloatRange(0, 1, min_open=True))
+@click.option(
+    "--repetition-penalty", default=1.1, show_default=True, type=click.FloatRange(min=0, min_open=True)
+)
+@click.option("--seed", default=None, type=int)
+@click.option("--chat", is_flag=True, help="Wrap each prompt in the model's chat template.")
+@_FORMAT
+def generate(
+    prompts,
+    input_file,
+    model,
+    adapter,
+    device,
+    dtype,
+    max_new_tokens,
+    temperature,
+    top_p,
+    repetition_penalty,
+    seed,
+    chat,
+    fmt,
+):
+    """Continue each prompt (causal generation)."""
+    items = gather_texts(prompts, input_file, what="prompt")
+    magnet = open_magnet(model, adapter, device, dtype)
+    try:
+        outputs = magnet.generate(
+            items,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            repetition_penalty=repetition_penalty,
+            seed=seed,
+            chat=chat,
+        )
+    except ValueError as error:
+        raise click.ClickException(str(error)) from None
+    if fmt == "table":
+        print_table(
+            ["prompt", "continuation"],
+            [[p, o.replace("\n", " ")] for p, o in zip(items, outputs, strict=True)],
+        )
+        return
+    print_jsonl([{"prompt": p, "text": o} for p, o in zip(items, outputs, strict=True)])
+
+
+@click.command()
+@model_options
+@_FORMAT
+def info(model, adapter, device, dtype, fmt):
+    """Show the model, device, embedding dimension and which modes it supports."""
+    magnet = open_magnet(model, adapter, device, dtype)
+    facts = magnet.info()
+    if fmt == "jsonl":
+        print_jsonl([facts])
+        return
+    print_table(["field", "value"], [[k, v] for k, v in facts.items()])
+
+
+@click.command()
+@model_options
+def demo(model, adapter, device, dtype):
+    """Encode and compare sentences, infill a gap and generate a continuation."""
+    from magnetsdk.demo import run_demo
+
+    run_demo(open_magnet(model, adapter, device, dtype), echo=click.echo)
+
+
+COMMANDS = [encode, infill, generate, info, demo]

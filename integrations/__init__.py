@@ -1,0 +1,1 @@
+"""magnetsdk.integrations: magnetsdk models inside other libraries (sentence-transformers, MTEB)."""

@@ -1,0 +1,132 @@
+"""What magnetsdk stores beside a model: how to encode with it, its token layout, its history.
+
+One writer (:meth:`MagnetConfig.save`) and one reader (:meth:`MagnetConfig.load`) for
+``magnet_config.json``; :func:`_upgrade` is the one place where older formats are brought up to
+date.
+
+The attention mode and pooling used for *encoding* belong to the model: a model that was never
+trained bidirectionally must not be encoded bidirectionally (SmolLM2-135M on STS-B dev: causal
+last-token 40.3, causal mean 46.9, bidirectional last-token 14.8). So an unadapted model gets
+:meth:`MagnetConfig.for_base_model` (causal, mean pooling) and an adapted one records what it was
+trained for (bidirectional, last-token pooling).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from magnetsdk.attention import AttentionMode
+
+CONFIG_NAME = "magnet_config.json"
+FORMAT_VERSION = 1
+DEFAULT_INSTRUCTION = "Given the sentence, find its representation:"
+
+
+class Pooling(str, Enum):
+    LAST = "last"  # the last real token (the appended EOS)
+    MEAN = "mean"  # mean over the text tokens (instruction and EOS excluded)
+
+
+@dataclass
+class MagnetConfig:
+    base_model: str | None = None
+    instruction: str = DEFAULT_INSTRUCTION
+    encode_attention: AttentionMode = AttentionMode.BIDIRECTIONAL
+    pooling: Pooling = Pooling.LAST
+    max_length: int = 512
+    # Role -> token string (see magnetsdk.layout); empty means "choose for this tokenizer".
+    layout_tokens: dict[str, str] = field(default_factory=dict)
+    # Whether the model was adapted (trained with bidirectional/hybrid attention).
+    adapted: bool = True
+    # How the model was trained (recipe, data, steps, scores): free-form, written by training.
+    training: dict[str, Any] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        try:
+            self.encode_attention = AttentionMode(self.encode_attention)
+        except ValueError:
+            raise ValueError(
+                f"encode_attention={self.encode_attention!r} is not one of {[m.value for m in AttentionMode]}"
+            ) from None
+        try:
+            self.pooling = Pooling(self.pooling)
+        except ValueError:
+            raise ValueError(f"pooling={self.pooling!r} is not one of {[p.value for p in Pooling]}") from None
+        if self.max_length < 8:
+            raise ValueError(f"max_length={self.max_length} is too small; use at least 8 tokens")
+
+    @classmethod
+    def for_base_model(cls, base_model: str | None) -> MagnetConfig:
+        """Defaults for a model that was never adapted: causal attention with mean pooling."""
+        return cls(
+            base_model=base_model,
+            encode_attention=AttentionMode.CAUSAL,
+            pooling=Pooling.MEAN,
+            adapted=False,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["encode_attention"] = self.encode_attention.value
+        data["pooling"] = self.pooling.value
+        return data
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write ``magnet_config.json`` into ``directory`` atomically."""
+        path = Path(directory) / CONFIG_NAME
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> MagnetConfig:
+        path = Path(directory) / CONFIG_NAME
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path} not found: not a magnetsdk model directory") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path} is not valid JSON ({error}); restore it or re-save the model") from None
+        return cls.from_dict(data, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> MagnetConfig:
+        data = _upgrade(dict(data), source)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{source}: unknown keys {unknown}; known keys are {sorted(known)}")
+        return cls(**data)
+
+
+def _upgrade(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """Bring an older ``magnet_config.json`` up to :data:`FORMAT_VERSION`."""
+    version = data.get("format_version", FORMAT_VERSION)
+    if version > FORMAT_VERSION:
+        raise ValueError(
+            f"{source} has format_version {version}, newer than this magnetsdk reads "
+            f"({FORMAT_VERSION}); upgrade magnetsdk"
+        )
+    data["format_version"] = FORMAT_VERSION
+    return data
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

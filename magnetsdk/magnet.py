@@ -1,0 +1,316 @@
+"""``Magnet``: one loaded model, served as an encoder, an infiller and a generator.
+
+One copy of the weights lives on one device. Every call takes the object's lock, so one
+``Magnet`` can be shared by several threads (calls run one at a time; tokenizers and key/value
+caches are not safe to share mid-call).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, overload
+
+import numpy as np
+import torch
+
+from magnetsdk.attention import AttentionMode
+from magnetsdk.config import MagnetConfig, Pooling
+from magnetsdk.encoding import embed, prepare, special_prefix
+from magnetsdk.generation import GenerationSettings, generate_texts
+from magnetsdk.infilling import DEFAULT_GAP_MARKER, InfillResult, decode_spans, split_gaps
+from magnetsdk.layout import LayoutTokens, resolve_layout_tokens
+from magnetsdk.loading import (
+    ADAPTER_WEIGHTS,
+    Resolved,
+    file_sha256,
+    load_model_and_tokenizer,
+    pick_device,
+    pick_dtype,
+    resolve,
+)
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """What an index or a result records to say which model produced a vector."""
+
+    model: str
+    adapter: str | None
+    adapter_sha256: str | None
+    dimension: int
+    instruction: str
+    encode_attention: str
+    pooling: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class Magnet:
+    """A decoder LLM that embeds, infills and generates.
+
+    Build one with :meth:`from_pretrained`, or wrap an already-loaded model and tokenizer with
+    the constructor (tests and training do this).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        config: MagnetConfig | None = None,
+        name: str = "custom",
+        adapter: str | None = None,
+        adapter_sha256: str | None = None,
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = config or MagnetConfig.for_base_model(name)
+        self.name = name
+        self.layout: LayoutTokens
+        self.layout, added = resolve_layout_tokens(tokenizer, self.config.layout_tokens or None)
+        if added and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+            # New tokens need rows in the (possibly tied) embedding matrix; an adapted model that
+            # added them carries the trained rows, an unadapted one gets fresh ones.
+            model.resize_token_embeddings(len(tokenizer))
+        self.config.layout_tokens = self.layout.strings()
+        self._adapter = adapter
+        self._adapter_sha256 = adapter_sha256
+        self._lock = threading.RLock()
+        self._prefix = special_prefix(tokenizer)
+        self._pad_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
+        if self._pad_id is None:
+            raise ValueError("the tokenizer has neither a pad nor an EOS token; set tokenizer.pad_token")
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_path: str | os.PathLike | None = None,
+        adapter: str | os.PathLike | None = None,
+        device: str | torch.device = "auto",
+        dtype: str | torch.dtype = "auto",
+        attn_implementation: str = "sdpa",
+    ) -> Magnet:
+        """Load a model by name or path (see :mod:`magnetsdk.loading`), optionally with an adapter.
+
+        ``device="auto"`` picks CUDA when present; ``dtype="auto"`` is fp32 on CPU and bf16 on CUDA.
+        """
+        resolved = resolve(name_or_path)
+        if adapter is not None:
+            from pathlib import Path
+
+            adapter_path = Path(adapter).expanduser()
+            if not adapter_path.is_dir():
+                raise FileNotFoundError(f"adapter directory {adapter_path} not found")
+            adapted = (
+                MagnetConfig.load(adapter_path) if (adapter_path / "magnet_config.json").is_file() else None
+            )
+            resolved = Resolved(
+                base=resolved.base,
+                name=resolved.name,
+                adapter=adapter_path,
+                config=adapted or resolved.config,
+            )
+        torch_device = pick_device(device)
+        model, tokenizer = load_model_and_tokenizer(
+            resolved, torch_device, pick_dtype(dtype, torch_device), attn_implementation
+        )
+        config = resolved.config or MagnetConfig.for_base_model(resolved.name)
+        sha = None
+        if resolved.adapter is not None and (resolved.adapter / ADAPTER_WEIGHTS).is_file():
+            sha = file_sha256(resolved.adapter / ADAPTER_WEIGHTS)
+        return cls(
+            model,
+            tokenizer,
+            config,
+            name=resolved.name,
+            adapter=str(resolved.adapter) if resolved.adapter else None,
+            adapter_sha256=sha,
+        )
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dimension(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def identity(self) -> ModelIdentity:
+        return ModelIdentity(
+            model=self.name,
+            adapter=self._adapter,
+            adapter_sha256=self._adapter_sha256,
+            dimension=self.dimension,
+            instruction=self.config.instruction,
+            encode_attention=self.config.encode_attention.value,
+            pooling=self.config.pooling.value,
+        )
+
+    def info(self) -> dict[str, Any]:
+        from magnetsdk.forward import attn_implementation
+
+        impl = attn_implementation(self.model)
+        custom_masks = impl in ("sdpa", "eager")
+        return {
+            **self.identity.to_dict(),
+            "device": str(self.device),
+            "dtype": str(self.model.dtype).removeprefix("torch."),
+            "attn_implementation": impl,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "adapted": self.config.adapted,
+            "modes": {
+                "encode": custom_masks or self.config.encode_attention is AttentionMode.CAUSAL,
+                "infill": custom_masks,
+                "generate": True,
+            },
+            "layout_tokens": self.layout.strings(),
+        }
+
+    # ------------------------------------------------------------------ encode
+
+    def encode(
+        self,
+        texts: str | list[str],
+        instruction: str | None = None,
+        batch_size: int = 32,
+        normalize: bool = True,
+        max_length: int | None = None,
+        pooling: Pooling | str | None = None,
+        attention: AttentionMode | str | None = None,
+        show_progress: bool | None = None,
+    ) -> np.ndarray:
+        """Embed texts; returns float32 ``(n, d)`` (``(d,)`` for a single string).
+
+        ``instruction`` defaults to the model's stored instruction ("" for none). ``pooling`` and
+        ``attention`` default to the model's config: bidirectional last-token (EOS) pooling for an
+        adapted model, causal mean pooling for an unadapted one.
+        """
+        single = isinstance(texts, str)
+        batch = [texts] if single else list(texts)
+        for i, text in enumerate(batch):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}] is {type(text).__name__}, expected str")
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be at least 1")
+        if not batch:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        instruction = self.config.instruction if instruction is None else instruction
+        mode = AttentionMode(attention or self.config.encode_attention)
+        pool = Pooling(pooling or self.config.pooling)
+        progress = show_progress if show_progress is not None else len(batch) > 8 * batch_size
+        with self._lock, torch.inference_mode():
+            inputs = prepare(self.tokenizer, batch, instruction, max_length or self.config.max_length)
+            vectors = embed(self.model, inputs, mode, pool, self._pad_id, batch_size, normalize, progress)
+        return vectors[0] if single else vectors
+
+    # ------------------------------------------------------------------ infill
+
+    @overload
+    def infill(self, text: str, **kwargs: Any) -> InfillResult: ...
+    @overload
+    def infill(self, text: list[str], **kwargs: Any) -> list[InfillResult]: ...
+
+    def infill(
+        self,
+        text: str | list[str] | None = None,
+        *,
+        left: str | None = None,
+        right: str | None = None,
+        gap_marker: str = DEFAULT_GAP_MARKER,
+        max_new_tokens: int = 32,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        batch_size: int = 8,
+        use_cache: bool = True,
+    ) -> InfillResult | list[InfillResult]:
+        """Fill each ``gap_marker`` in ``text`` (or the gap between ``left`` and ``right``).
+
+        Greedy by default (``temperature=0``). A list of texts is filled in batches and returns a
+        list. ``use_cache=False`` recomputes the whole sequence at every step (the slow reference).
+        """
+        if text is None:
+            if left is None and right is None:
+                raise ValueError("infill needs a text with gap markers, or left=... and/or right=...")
+            texts, single = [f"{left or ''}{gap_marker}{right or ''}"], True
+        else:
+            if left is not None or right is not None:
+                raise ValueError("pass either text or left/right, not both")
+            single = isinstance(text, str)
+            texts = [text] if single else list(text)
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
+        pieces = [split_gaps(t, gap_marker) for t in texts]
+        results: list[InfillResult] = []
+        with self._lock, torch.inference_mode():
+            for start in range(0, len(pieces), batch_size):
+                chunk = pieces[start : start + batch_size]
+                contexts = [
+                    [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in segments]
+                    for segments in chunk
+                ]
+                spans = decode_spans(
+                    self.model,
+                    contexts,
+                    self.layout,
+                    self._prefix,
+                    self._pad_id,
+                    max_new_tokens=max_new_tokens,
+                    temperature=temperature,
+                    top_p=top_p,
+                    seed=None if seed is None else seed + start,
+                    use_cache=use_cache,
+                    eos_id=self.tokenizer.eos_token_id,
+                )
+                for segments, span_ids in zip(chunk, spans, strict=True):
+                    span_texts = [self.tokenizer.decode(s, skip_special_tokens=True) for s in span_ids]
+                    filled = segments[0] + "".join(
+                        s + seg for s, seg in zip(span_texts, segments[1:], strict=True)
+                    )
+                    results.append(InfillResult(text=filled, spans=span_texts, span_ids=span_ids))
+        return results[0] if single else results
+
+    # ------------------------------------------------------------------ generate
+
+    @overload
+    def generate(self, prompt: str, **kwargs: Any) -> str: ...
+    @overload
+    def generate(self, prompt: list[str], **kwargs: Any) -> list[str]: ...
+
+    def generate(
+        self,
+        prompt: str | list[str],
+        max_new_tokens: int = 64,
+        temperature: float = 0.7,
+        top_p: float = 0.9,
+        repetition_penalty: float = 1.1,
+        seed: int | None = None,
+        chat: bool = False,
+        batch_size: int = 8,
+    ) -> str | list[str]:
+        """Continue ``prompt`` causally (nucleus sampling by default; ``temperature=0`` is greedy).
+
+        ``chat=True`` wraps the prompt in the tokenizer's chat template as a user message.
+        """
+        settings = GenerationSettings(max_new_tokens, temperature, top_p, repetition_penalty, seed, chat)
+        single = isinstance(prompt, str)
+        prompts = [prompt] if single else list(prompt)
+        outputs: list[str] = []
+        with self._lock, torch.inference_mode():
+            for start in range(0, len(prompts), batch_size):
+                outputs.extend(
+                    generate_texts(self.model, self.tokenizer, prompts[start : start + batch_size], settings)
+                )
+        return outputs[0] if single else outputs
+
+    def __repr__(self) -> str:
+        return f"Magnet(model={self.name!r}, adapter={self._adapter!r}, device={str(self.device)!r}, d={self.dimension})"
