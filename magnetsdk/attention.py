@@ -70,7 +70,7 @@ def allowed(
     The hybrid mask is the causal mask OR "both tokens are context", minus context queries
     looking at span keys (which only matters if a layout placed spans before context).
 
-    A query never ends up with an empty row: padding queries may attend to themselves, so no
+    A query never ends up with an empty row: padding queries attend to themselves only, so no
     softmax sees only masked scores (which would produce NaN).
     """
     mode = AttentionMode(mode)
@@ -95,7 +95,8 @@ def allowed(
         span_query = query_span & (~key_span | causal[None])
         pattern = both_context | span_query
 
-    mask = pattern & keys_valid
+    queries_valid = valid[:, n - q :, None]  # (b, q, 1)
+    mask = pattern & keys_valid & queries_valid
     diagonal = key_index[None, :] == query_index[:, None]  # (q, n)
     return mask | diagonal[None]
 

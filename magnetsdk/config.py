@@ -49,16 +49,8 @@ class MagnetConfig:
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
-        try:
-            self.encode_attention = AttentionMode(self.encode_attention)
-        except ValueError:
-            raise ValueError(
-                f"encode_attention={self.encode_attention!r} is not one of {[m.value for m in AttentionMode]}"
-            ) from None
-        try:
-            self.pooling = Pooling(self.pooling)
-        except ValueError:
-            raise ValueError(f"pooling={self.pooling!r} is not one of {[p.value for p in Pooling]}") from None
+        self.encode_attention = choice(AttentionMode, self.encode_attention, "encode_attention")
+        self.pooling = choice(Pooling, self.pooling, "pooling")
         if self.max_length < 8:
             raise ValueError(f"max_length={self.max_length} is too small; use at least 8 tokens")
 
@@ -103,6 +95,14 @@ class MagnetConfig:
         if unknown:
             raise ValueError(f"{source}: unknown keys {unknown}; known keys are {sorted(known)}")
         return cls(**data)
+
+
+def choice(kind: type[Enum], value: Any, name: str) -> Any:
+    """``kind(value)``, with an error that names the option and lists the valid values."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not one of {[member.value for member in kind]}") from None
 
 
 def _upgrade(data: dict[str, Any], source: str) -> dict[str, Any]:

@@ -10,18 +10,20 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
 import torch
 
 from magnetsdk.attention import AttentionMode
-from magnetsdk.config import MagnetConfig, Pooling
+from magnetsdk.config import MagnetConfig, Pooling, choice
 from magnetsdk.encoding import embed, prepare, special_prefix
 from magnetsdk.generation import GenerationSettings, generate_texts
 from magnetsdk.infilling import DEFAULT_GAP_MARKER, InfillResult, decode_spans, split_gaps
 from magnetsdk.layout import LayoutTokens, resolve_layout_tokens
 from magnetsdk.loading import (
+    ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     Resolved,
     file_sha256,
@@ -100,13 +102,15 @@ class Magnet:
 
         ``device="auto"`` picks CUDA when present; ``dtype="auto"`` is fp32 on CPU and bf16 on CUDA.
         """
-        resolved = resolve(name_or_path)
+        adapter_path = None
         if adapter is not None:
-            from pathlib import Path
-
             adapter_path = Path(adapter).expanduser()
-            if not adapter_path.is_dir():
-                raise FileNotFoundError(f"adapter directory {adapter_path} not found")
+            if not (adapter_path / ADAPTER_CONFIG).is_file():
+                raise FileNotFoundError(
+                    f"adapter directory {adapter_path} not found or without {ADAPTER_CONFIG}"
+                )
+        resolved = resolve(name_or_path)
+        if adapter_path is not None:
             adapted = (
                 MagnetConfig.load(adapter_path) if (adapter_path / "magnet_config.json").is_file() else None
             )
@@ -204,8 +208,8 @@ class Magnet:
         if not batch:
             return np.zeros((0, self.dimension), dtype=np.float32)
         instruction = self.config.instruction if instruction is None else instruction
-        mode = AttentionMode(attention or self.config.encode_attention)
-        pool = Pooling(pooling or self.config.pooling)
+        mode = choice(AttentionMode, attention or self.config.encode_attention, "attention")
+        pool = choice(Pooling, pooling or self.config.pooling, "pooling")
         progress = show_progress if show_progress is not None else len(batch) > 8 * batch_size
         with self._lock, torch.inference_mode():
             inputs = prepare(self.tokenizer, batch, instruction, max_length or self.config.max_length)

@@ -1,0 +1,79 @@
+"""The infill token layout and the choice of layout tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from magnetsdk.layout import NEW_TOKENS, LayoutTokens, lay_out, resolve_layout_tokens
+from magnetsdk.testing import tiny_tokenizer
+
+TOKENS = LayoutTokens("<m>", "<g>", "<s>", "<e>", mask_id=90, gap_id=91, span_id=92, end_id=93)
+
+
+def test_inference_layout_ends_with_one_span_token():
+    laid = lay_out([[1, 2], [3], [4, 5]], TOKENS, prefix=[7])
+    assert laid.input_ids == [7, 1, 2, 91, 3, 91, 4, 5, 92]
+    assert laid.is_span == [False] * 8 + [True]
+    assert laid.context_length == 8
+    assert laid.targets == [] and laid.target_positions == []
+
+
+def test_training_layout_targets_are_span_tokens_and_ends():
+    laid = lay_out([[1, 2], [3]], TOKENS, spans=[[10, 11]])
+    #          0  1  2   3   4   5   6   7
+    assert laid.input_ids == [1, 2, 91, 3, 92, 10, 11, 93]
+    assert laid.is_span == [False] * 4 + [True] * 4
+    # The output at position p predicts the token at p + 1: SPAN -> 10, 10 -> 11, 11 -> END.
+    assert laid.target_positions == [4, 5, 6]
+    assert laid.targets == [10, 11, 93]
+    assert [laid.input_ids[p + 1] for p in laid.target_positions] == laid.targets
+
+
+def test_context_does_not_depend_on_span_lengths():
+    short = lay_out([[1], [2]], TOKENS, spans=[[10]])
+    long = lay_out([[1], [2]], TOKENS, spans=[[10, 11, 12, 13]])
+    assert short.input_ids[: short.context_length] == long.input_ids[: long.context_length]
+
+
+def test_several_spans_follow_the_gap_order():
+    laid = lay_out([[1], [2], [3]], TOKENS, spans=[[10], [20, 21]])
+    assert laid.input_ids[laid.context_length :] == [92, 10, 93, 92, 20, 21, 93]
+
+
+def test_span_count_must_match_gaps():
+    with pytest.raises(ValueError, match="2 gaps need 2 spans"):
+        lay_out([[1], [2], [3]], TOKENS, spans=[[10]])
+
+
+def test_reserved_tokens_are_reused_when_present():
+    tokenizer = tiny_tokenizer()
+    tokenizer.add_special_tokens(
+        {
+            "additional_special_tokens": [
+                "<empty_output>",
+                "<issue_comment>",
+                "<issue_start>",
+                "<issue_closed>",
+            ]
+        }
+    )
+    size = len(tokenizer)
+    tokens, added = resolve_layout_tokens(tokenizer)
+    assert added == [] and len(tokenizer) == size
+    assert tokens.strings() == {
+        "mask": "<empty_output>",
+        "gap": "<issue_comment>",
+        "span": "<issue_start>",
+        "end": "<issue_closed>",
+    }
+    assert tokens.gap_id == tokenizer.convert_tokens_to_ids("<issue_comment>")
+
+
+def test_missing_tokens_are_added_and_configured_ones_win():
+    tokenizer = tiny_tokenizer()
+    tokens, added = resolve_layout_tokens(tokenizer)
+    assert added == list(NEW_TOKENS.values())
+    assert tokenizer.convert_ids_to_tokens(tokens.end_id) == NEW_TOKENS["end"]
+    # A saved config names the tokens: they are used as stored.
+    again, added_again = resolve_layout_tokens(tokenizer, tokens.strings())
+    assert again == tokens and added_again == []

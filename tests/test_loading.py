@@ -1,0 +1,116 @@
+"""Finding and loading models: local directories, adapters, configs, and clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from magnetsdk import Magnet, MagnetConfig, ModelNotFoundError
+from magnetsdk.config import CONFIG_NAME, FORMAT_VERSION
+from magnetsdk.loading import magnet_home, pick_dtype, resolve
+from magnetsdk.testing import tiny_model, tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tiny-base")
+    tiny_model("llama").save_pretrained(directory)
+    tiny_tokenizer().save_pretrained(directory)
+    return directory
+
+
+def test_plain_directory_loads_as_an_unadapted_model(base_dir):
+    magnet = Magnet.from_pretrained(base_dir, device="cpu")
+    assert magnet.model.dtype == torch.float32
+    assert not magnet.config.adapted
+    assert magnet.config.encode_attention.value == "causal" and magnet.config.pooling.value == "mean"
+    assert magnet.encode(["hello"]).shape == (1, 64)
+    assert magnet.info()["modes"] == {"encode": True, "infill": True, "generate": True}
+
+
+def test_adapter_directory_loads_base_and_merges_the_adapter(base_dir, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    base = tiny_model("llama")
+    lora = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
+    adapter_dir = tmp_path / "adapter"
+    lora.save_pretrained(adapter_dir)
+    MagnetConfig(base_model=str(base_dir), pooling="last").save(adapter_dir)
+
+    magnet = Magnet.from_pretrained(adapter_dir, device="cpu")
+    assert magnet.config.adapted and magnet.config.encode_attention.value == "bidirectional"
+    assert magnet.identity.adapter == str(adapter_dir) and len(magnet.identity.adapter_sha256) == 64
+    plain = Magnet.from_pretrained(base_dir, device="cpu")
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        merged = magnet.model(input_ids=ids).logits
+        unmerged = lora.eval()(input_ids=ids).logits
+        untouched = plain.model(input_ids=ids).logits
+    torch.testing.assert_close(merged, unmerged, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(merged, untouched, atol=1e-4)
+    # The same adapter given explicitly to the base gives the same model.
+    explicit = Magnet.from_pretrained(base_dir, adapter=adapter_dir, device="cpu")
+    np.testing.assert_allclose(explicit.encode(["a b c"]), magnet.encode(["a b c"]), atol=1e-5)
+
+
+def test_adapter_without_base_model_says_what_to_do(tmp_path):
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with pytest.raises(ModelNotFoundError, match="adapter=") as error:
+        Magnet.from_pretrained(tmp_path)
+    assert CONFIG_NAME in str(error.value)
+
+
+def test_unknown_name_lists_what_was_tried(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFoundError) as error:
+        resolve("no-such-org/no-such-model")
+    message = str(error.value)
+    assert "local directory" in message and "Hugging Face id" in message and "default" in message
+    with pytest.raises(ModelNotFoundError, match="GGUF file"):
+        resolve(tmp_path / "missing.gguf")
+    with pytest.raises(ModelNotFoundError, match="neither a model"):
+        resolve(tmp_path)
+    with pytest.raises(FileNotFoundError, match="adapter directory"):
+        Magnet.from_pretrained(tmp_path, adapter=tmp_path / "nope")
+
+
+def test_magnet_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("MAGNET_HOME", str(tmp_path))
+    assert magnet_home() == tmp_path
+    monkeypatch.delenv("MAGNET_HOME")
+    assert magnet_home().name == "magnetsdk"
+
+
+def test_dtype_choices():
+    assert pick_dtype("auto", torch.device("cpu")) == torch.float32
+    assert pick_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    with pytest.raises(ValueError, match="dtype='int8'"):
+        pick_dtype("int8", torch.device("cpu"))
+
+
+def test_config_round_trip_and_versions(tmp_path):
+    config = MagnetConfig(
+        base_model="x", instruction="Find it:", layout_tokens={"mask": "<m>"}, training={"steps": 3}
+    )
+    config.save(tmp_path)
+    assert MagnetConfig.load(tmp_path) == config
+    assert not list(tmp_path.glob("*.tmp"))  # the atomic write left nothing behind
+    data = json.loads((tmp_path / CONFIG_NAME).read_text())
+    data["format_version"] = FORMAT_VERSION + 1
+    (tmp_path / CONFIG_NAME).write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="upgrade magnetsdk"):
+        MagnetConfig.load(tmp_path)
+    (tmp_path / CONFIG_NAME).write_text('{"pooling": "max"}')
+    with pytest.raises(ValueError, match=r"pooling='max' is not one of \['last', 'mean'\]"):
+        MagnetConfig.load(tmp_path)
+    (tmp_path / CONFIG_NAME).write_text('{"colour": 1}')
+    with pytest.raises(ValueError, match="unknown keys"):
+        MagnetConfig.load(tmp_path)
+    (tmp_path / CONFIG_NAME).write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        MagnetConfig.load(tmp_path)
