@@ -4,7 +4,8 @@ registered here; commands parse options, call one library function and print the
 from __future__ import annotations
 
 import click
-from magnetsdk.cli import runtime
+from magnetsdk.cli import index, runtime
+from magnetsdk.cli.eval import eval_group
 
 from magnetsdk import __version__
 
@@ -15,8 +16,9 @@ def cli() -> None:
     """magnetsdk: one decoder LLM that embeds, infills and generates."""
 
 
-for command in runtime.COMMANDS:
+for command in runtime.COMMANDS + index.COMMANDS:
     cli.add_command(command)
+cli.add_command(eval_group)
 
 
 def main() -> None:

@@ -1,0 +1,315 @@
+"""``magnet eval <task>``: the measurements of :mod:`magnetsdk.eval`, one command per task.
+
+Each command loads the model, calls one library function, writes the JSON result (``--output``,
+default ``runs/eval/TASK-TIME.json``) and prints the result's table.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from magnetsdk.cli.options import model_options, open_magnet
+
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+def _common(command: Callable) -> Callable:
+    command = click.option(
+        "--output",
+        "-o",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Where to write the JSON result [default: runs/eval/TASK-TIME.json].",
+    )(command)
+    command = click.option(
+        "--limit", type=click.IntRange(min=1), default=None, help="Use only the first N items (quick checks)."
+    )(command)
+    return model_options(command)
+
+
+def _run(task: str, output: Path | None, evaluate: Callable[[], Any]) -> None:
+    """Call the library, turning its errors into click errors; save and print the result."""
+    try:
+        result = evaluate()
+    except (ValueError, FileNotFoundError) as error:
+        raise click.ClickException(str(error)) from None
+    if output is None:
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        output = Path("runs") / "eval" / f"{task}-{stamp}.json"
+    result.save(output)
+    click.echo(result.table())
+    click.echo(f"wrote {output}", err=True)
+
+
+@click.group(name="eval")
+def eval_group() -> None:
+    """Measure a model: sts, repetition, infill, probe, dependence, lm; compare several."""
+
+
+@eval_group.command()
+@click.argument("files", nargs=-1, required=True, type=_FILE)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["stsb", "sick", "tsv"]),
+    default=None,
+    help="Data format [default: detected per file].",
+)
+@click.option("--instruction", default=None, help="Instruction prefix [default: the model's].")
+@click.option("--pooling", type=click.Choice(["last", "mean"]), default=None, help="[default: the model's]")
+@click.option(
+    "--attention", type=click.Choice(["causal", "bidirectional"]), default=None, help="[default: the model's]"
+)
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-length", default=None, type=click.IntRange(min=8), help="[default: the model's]")
+@_common
+def sts(
+    files,
+    fmt,
+    instruction,
+    pooling,
+    attention,
+    batch_size,
+    max_length,
+    limit,
+    output,
+    model,
+    adapter,
+    device,
+    dtype,
+):
+    """Spearman x100 of embedding cosine vs gold scores (STS-B csv, SICK, s1<TAB>s2<TAB>score).
+
+    --model may also be a saved sentence-transformers model directory (one with modules.json).
+    """
+    from magnetsdk.eval.encoder import MagnetEncoder, is_sentence_transformers_dir, load_sentence_transformer
+    from magnetsdk.eval.sts import evaluate_sts
+
+    if is_sentence_transformers_dir(model):
+        if adapter or instruction is not None or pooling or attention or max_length:
+            raise click.UsageError(
+                "a sentence-transformers model is encoded as it is: drop --adapter, --instruction, "
+                "--pooling, --attention and --max-length"
+            )
+        encoder = load_sentence_transformer(model, device)
+    else:
+        encoder = MagnetEncoder(
+            open_magnet(model, adapter, device, dtype), instruction, pooling, attention, max_length
+        )
+    _run("sts", output, lambda: evaluate_sts(encoder, list(files), fmt, limit, batch_size))
+
+
+@eval_group.command()
+@click.argument("file", type=_FILE)
+@click.option("--prefix-tokens", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option("--new-tokens", default=128, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--decoding",
+    type=click.Choice(["greedy", "nucleus"]),
+    multiple=True,
+    help="Repeatable [default: greedy and nucleus].",
+)
+@click.option("--top-p", default=0.9, show_default=True, type=click.FloatRange(0, 1, min_open=True))
+@click.option("--temperature", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
+@_common
+def repetition(
+    file,
+    prefix_tokens,
+    new_tokens,
+    decoding,
+    top_p,
+    temperature,
+    seed,
+    batch_size,
+    limit,
+    output,
+    model,
+    adapter,
+    device,
+    dtype,
+):
+    """rep-4 and rep-sen of continuations of the prefixes in FILE (lines, or jsonl "prefix")."""
+    from magnetsdk.eval.repetition import evaluate_repetition
+
+    magnet = open_magnet(model, adapter, device, dtype)
+    _run(
+        "repetition",
+        output,
+        lambda: evaluate_repetition(
+            magnet,
+            file,
+            prefix_tokens=prefix_tokens,
+            new_tokens=new_tokens,
+            limit=limit,
+            top_p=top_p,
+            temperature=temperature,
+            seed=seed,
+            batch_size=batch_size,
+            decodings=decoding or ("greedy", "nucleus"),
+        ),
+    )
+
+
+@eval_group.command()
+@click.argument("file", type=_FILE)
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--generate", default=0, show_default=True, type=click.IntRange(min=0), help="Also fill the first N gaps."
+)
+@click.option("--max-new-tokens", default=32, show_default=True, type=click.IntRange(min=1))
+@_common
+def infill(file, batch_size, generate, max_new_tokens, limit, output, model, adapter, device, dtype):
+    """Span perplexity with both sides (hybrid) vs the left side only (causal); FILE is jsonl
+    {"left", "span", "right"}."""
+    from magnetsdk.eval.infill import evaluate_infill
+
+    magnet = open_magnet(model, adapter, device, dtype)
+    _run(
+        "infill",
+        output,
+        lambda: evaluate_infill(magnet, file, limit, batch_size, generate, max_new_tokens),
+    )
+
+
+@eval_group.command()
+@click.argument("train_file", type=_FILE)
+@click.argument("test_file", type=_FILE)
+@click.option("--column", default=-1, show_default=True, type=int, help="The tag column (-1: the last).")
+@click.option(
+    "--attention", type=click.Choice(["bidirectional", "causal"]), default="bidirectional", show_default=True
+)
+@click.option("--l2", default=1e-3, show_default=True, type=click.FloatRange(min=0))
+@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
+@_common
+def probe(
+    train_file, test_file, column, attention, l2, batch_size, limit, output, model, adapter, device, dtype
+):
+    """Linear probe on frozen token features (CoNLL files): accuracy, and entity F1 for IOB tags."""
+    from magnetsdk.eval.probe import evaluate_probe
+
+    magnet = open_magnet(model, adapter, device, dtype)
+    _run(
+        "probe",
+        output,
+        lambda: evaluate_probe(magnet, train_file, test_file, column, attention, limit, batch_size, l2),
+    )
+
+
+@eval_group.command()
+@click.argument("file", type=_FILE)
+@click.option(
+    "--attention",
+    type=click.Choice(["bidirectional", "causal"]),
+    multiple=True,
+    help="Repeatable [default: bidirectional and the model's own encode mode].",
+)
+@click.option("--min-tokens", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-tokens", default=256, show_default=True, type=click.IntRange(min=2))
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
+@click.option("--heatmap", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a PNG.")
+@_common
+def dependence(
+    file, attention, min_tokens, max_tokens, batch_size, heatmap, limit, output, model, adapter, device, dtype
+):
+    """Attention dependence DP_before / DP_main / DP_after over the texts of FILE (UBMoE-LLM)."""
+    from magnetsdk.eval.dependence import evaluate_dependence
+
+    magnet = open_magnet(model, adapter, device, dtype)
+    _run(
+        "dependence",
+        output,
+        lambda: evaluate_dependence(
+            magnet, file, list(attention) or None, limit, min_tokens, max_tokens, batch_size, heatmap
+        ),
+    )
+
+
+@eval_group.command()
+@click.argument("file", type=_FILE)
+@click.option("--context", default=512, show_default=True, type=click.IntRange(min=2), help="Window tokens.")
+@click.option("--max-tokens", default=None, type=click.IntRange(min=2), help="Score only the first N tokens.")
+@click.option("--batch-size", default=4, show_default=True, type=click.IntRange(min=1))
+@_common
+def lm(file, context, max_tokens, batch_size, limit, output, model, adapter, device, dtype):
+    """Causal perplexity of the plain text in FILE, in non-overlapping windows."""
+    from magnetsdk.eval.lm import evaluate_lm
+
+    magnet = open_magnet(model, adapter, device, dtype)
+    _run("lm", output, lambda: evaluate_lm(magnet, file, context, max_tokens, limit, batch_size))
+
+
+@eval_group.command()
+@click.argument("results", nargs=-1, type=_FILE)
+@click.option("--model", "-m", default=None, help="Base model for the runs [default: the embedded model].")
+@click.option(
+    "--adapter",
+    "adapters",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Repeatable: adapters to run.",
+)
+@click.option("--base/--no-base", default=True, show_default=True, help="Also run the model without adapter.")
+@click.option("--sts", "sts_files", multiple=True, type=_FILE, help="Repeatable: STS files.")
+@click.option("--repetition", "repetition_file", type=_FILE, default=None, help="Prefix file.")
+@click.option("--infill", "infill_file", type=_FILE, default=None, help="Infill jsonl.")
+@click.option("--dependence", "dependence_file", type=_FILE, default=None, help="Text file.")
+@click.option("--lm", "lm_file", type=_FILE, default=None, help="Text file.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=None, help="Use only the first N items per task."
+)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--dtype", default="auto", show_default=True)
+@click.option(
+    "--output", "-o", type=click.Path(file_okay=False, path_type=Path), required=True, help="A folder."
+)
+@click.option("--no-plots", is_flag=True, help="Write only the Markdown table.")
+def compare(
+    results,
+    model,
+    adapters,
+    base,
+    sts_files,
+    repetition_file,
+    infill_file,
+    dependence_file,
+    lm_file,
+    limit,
+    device,
+    dtype,
+    output,
+    no_plots,
+):
+    """Models side by side: a Markdown table and PNG plots per task.
+
+    Pass earlier result files (RESULTS), and/or data files to run the tasks on the base model and
+    each --adapter now (each run's JSON is written into the output folder too).
+    """
+    from magnetsdk.eval.compare import Suite, comparison_markdown, run_suite, write_comparison
+    from magnetsdk.eval.result import EvalResult
+
+    try:
+        loaded = [EvalResult.load(p) for p in results]
+        suite = Suite(list(sts_files), repetition_file, infill_file, dependence_file, lm_file, limit)
+        runs = ([None] if base else []) + list(adapters)
+        if suite.sts or suite.repetition or suite.infill or suite.dependence or suite.lm:
+            for index, adapter in enumerate(runs):
+                magnet = open_magnet(model, adapter, device, dtype)
+                for result in run_suite(magnet, suite):
+                    result.save(output / f"run{index}-{result.task}.json")
+                    loaded.append(result)
+        elif not loaded:
+            raise click.UsageError(
+                "give result files to compare, or data files (--sts, --infill, ...) to run"
+            )
+        written = write_comparison(loaded, output, plots=not no_plots)
+    except (ValueError, FileNotFoundError) as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(comparison_markdown(loaded))
+    for path in written:
+        click.echo(f"wrote {path}", err=True)

@@ -1,0 +1,79 @@
+"""Build the infill evaluation set: paragraphs of WikiText with one inner sentence removed.
+
+Each line of the output jsonl is ``{"left", "span", "right", "line"}``: up to ``--context``
+sentences before the removed sentence, the sentence itself (with its leading space, so the three
+texts join back into the original), up to ``--context`` sentences after, and the source line.
+Headings (``= Title =``) are skipped; a paragraph qualifies when it has a sentence with at least
+one sentence on each side whose length is within ``--min-words`` .. ``--max-words``. The removed
+sentence is drawn at random (``--seed``) among those; paragraphs are used in file order.
+
+    python scripts/build_infill_set.py /work/shared/data/wikitext2/wiki.valid.tokens \
+        --items 100 --output runs/data/wikitext-infill.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+from pathlib import Path
+
+from magnetsdk.config import atomic_write_text
+
+# WikiText is tokenized: sentences end with " . ", " ? " or " ! " followed by the next word.
+_SENTENCE_END = re.compile(r"(?<= [.!?]) (?=\S)")
+
+
+def sentences_of(paragraph: str) -> list[str]:
+    return [s for s in _SENTENCE_END.split(paragraph.strip()) if s]
+
+
+def build(
+    lines: list[str], items: int, context: int, min_words: int, max_words: int, seed: int
+) -> list[dict[str, object]]:
+    rng = random.Random(seed)
+    out: list[dict[str, object]] = []
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("="):
+            continue
+        sentences = sentences_of(text)
+        inner = [
+            i for i in range(1, len(sentences) - 1) if min_words <= len(sentences[i].split()) <= max_words
+        ]
+        if not inner:
+            continue
+        k = rng.choice(inner)
+        left = " ".join(sentences[max(0, k - context) : k])
+        right = " ".join(sentences[k + 1 : k + 1 + context])
+        out.append({"left": left, "span": " " + sentences[k], "right": " " + right, "line": number})
+        if len(out) >= items:
+            break
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("source", type=Path, help="wiki.valid.tokens (or any WikiText split)")
+    parser.add_argument("--output", "-o", type=Path, required=True)
+    parser.add_argument("--items", type=int, default=100)
+    parser.add_argument("--context", type=int, default=3, help="Sentences kept on each side.")
+    parser.add_argument("--min-words", type=int, default=5)
+    parser.add_argument("--max-words", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if not args.source.is_file():
+        parser.error(f"{args.source} not found; pass the path of a WikiText file")
+    lines = args.source.read_text(encoding="utf-8").splitlines()
+    records = build(lines, args.items, args.context, args.min_words, args.max_words, args.seed)
+    if len(records) < args.items:
+        print(f"only {len(records)} paragraphs qualify (asked for {args.items})", file=sys.stderr)
+    atomic_write_text(args.output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    print(f"wrote {len(records)} items to {args.output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""``magnet eval <task>`` through click's CliRunner on a tiny model saved to disk, and the infill
+set builder script."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from magnetsdk.cli.main import cli
+
+from magnetsdk.eval.result import EvalResult
+from magnetsdk.testing import tiny_model, tiny_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCES = [
+    "The cat sat on the mat and looked at the door.",
+    "A dog runs in the park while children play football.",
+    "Paris is the capital of France and a city of museums.",
+    "Rain fell on the roof all night, and the river rose.",
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tiny-eval")
+    tiny_model("qwen2").save_pretrained(directory)
+    tiny_tokenizer().save_pretrained(directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval-data")
+    (root / "pairs.tsv").write_text(
+        "".join(
+            f"{a}\t{b}\t{s}\n"
+            for a, b, s in zip(SENTENCES, SENTENCES[1:] + SENTENCES[:1], [1, 2, 3, 4], strict=True)
+        ),
+        encoding="utf-8",
+    )
+    (root / "texts.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    (root / "items.jsonl").write_text(
+        "".join(
+            json.dumps({"left": SENTENCES[i], "span": " " + SENTENCES[i + 1], "right": ""}) + "\n"
+            for i in range(3)
+        ),
+        encoding="utf-8",
+    )
+    (root / "train.conll").write_text("the DT\ncat NN\n\na DT\ndog NN\n", encoding="utf-8")
+    return root
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["eval", *args], catch_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    ("task", "arguments", "figure"),
+    [
+        ("sts", ["pairs.tsv", "--pooling", "mean", "--attention", "causal"], "pairs.spearman"),
+        ("repetition", ["texts.txt", "--prefix-tokens", "4", "--new-tokens", "6"], "greedy.rep4"),
+        ("infill", ["items.jsonl", "--generate", "1", "--max-new-tokens", "3"], "ppl_both_sides"),
+        ("probe", ["train.conll", "train.conll"], "accuracy"),
+        ("dependence", ["texts.txt", "--min-tokens", "4"], "bidirectional.after"),
+        ("lm", ["texts.txt", "--context", "16"], "ppl"),
+    ],
+)
+def test_each_task_writes_a_result_and_prints_its_table(model_dir, data, tmp_path, task, arguments, figure):
+    files = [str(data / a) if (data / a).is_file() else a for a in arguments]
+    out = tmp_path / f"{task}.json"
+    result = run(task, *files, "--model", model_dir, "--limit", "3", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    stored = EvalResult.load(out)
+    assert stored.task == task and figure in stored.figures
+    assert stored.model["model"] and stored.data[0]["sha256"] and stored.settings["limit"] == 3
+    assert stored.table().splitlines()[0] in result.stdout
+
+
+def test_compare_runs_tasks_and_renders_results(model_dir, data, tmp_path):
+    result = run(
+        "compare",
+        "--model",
+        model_dir,
+        "--sts",
+        str(data / "pairs.tsv"),
+        "--lm",
+        str(data / "texts.txt"),
+        "--output",
+        str(tmp_path / "cmp"),
+    )
+    assert result.exit_code == 0, result.output
+    assert "### sts" in result.stdout and "### lm" in result.stdout
+    assert (tmp_path / "cmp" / "comparison.md").is_file() and (tmp_path / "cmp" / "compare-lm.png").is_file()
+    again = run(
+        "compare", str(tmp_path / "cmp" / "run0-sts.json"), "--output", str(tmp_path / "c2"), "--no-plots"
+    )
+    assert again.exit_code == 0 and "### sts" in again.stdout
+    empty = run("compare", "--output", str(tmp_path / "c3"))
+    assert empty.exit_code != 0 and "give result files" in empty.output
+
+
+def test_bad_input_is_a_clear_error(model_dir, data, tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("only one column\n", encoding="utf-8")
+    result = run("sts", str(bad), "--model", model_dir, "--output", str(tmp_path / "x.json"))
+    assert result.exit_code != 0 and "pass --format" in result.output
+    broken = run(
+        "infill", str(data / "texts.txt"), "--model", model_dir, "--output", str(tmp_path / "y.json")
+    )
+    assert broken.exit_code != 0 and "texts.txt:1: not valid JSON" in broken.output
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location(
+        "build_infill_set", ROOT / "scripts" / "build_infill_set.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_infill_set_removes_an_inner_sentence(tmp_path):
+    script = load_script()
+    paragraph = " One two three four five . Six seven eight nine ten ? Eleven twelve thirteen fourteen . Last one here ok . "
+    lines = [" = Title = ", "", paragraph, " Too short . "]
+    records = script.build(lines, items=5, context=3, min_words=5, max_words=40, seed=0)
+    assert len(records) == 1 and records[0]["line"] == 3
+    record = records[0]
+    assert record["left"] + record["span"] + record["right"] == paragraph.strip()
+    assert record["span"] in (" Six seven eight nine ten ?", " Eleven twelve thirteen fourteen .")
+    out = tmp_path / "set.jsonl"
+    assert (
+        script.main([str(tmp_path / "missing")] if False else [_write(tmp_path, lines), "-o", str(out)]) == 0
+    )
+    assert json.loads(out.read_text(encoding="utf-8").splitlines()[0])["line"] == 3
+
+
+def _write(tmp_path, lines):
+    path = tmp_path / "wiki.tokens"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
