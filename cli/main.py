@@ -4,7 +4,7 @@ registered here; commands parse options, call one library function and print the
 from __future__ import annotations
 
 import click
-from magnetsdk.cli import index, runtime
+from magnetsdk.cli import index, runtime, train
 from magnetsdk.cli.eval import eval_group
 
 from magnetsdk import __version__
@@ -16,10 +16,14 @@ def cli() -> None:
     """magnetsdk: one decoder LLM that embeds, infills and generates."""
 
 
-for command in runtime.COMMANDS + index.COMMANDS:
+for command in runtime.COMMANDS + index.COMMANDS + train.COMMANDS:
     cli.add_command(command)
 cli.add_command(eval_group)
 
 
 def main() -> None:
     cli()
+
+
+if __name__ == "__main__":  # `python -m magnetsdk.cli.main`, e.g. under accelerate launch
+    main()

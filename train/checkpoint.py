@@ -1,0 +1,162 @@
+"""Training checkpoints: written atomically, read back exactly, the oldest pruned.
+
+A checkpoint is a directory ``<run>/checkpoints/step-00000100/`` holding
+
+- ``trainable.safetensors``: the weights that train (LoRA adapters, or all weights when fully
+  fine-tuning), by parameter name;
+- ``optimizer.pt``, ``scheduler.pt``: their ``state_dict`` (tensors and numbers only, read back
+  with ``weights_only=True``);
+- ``rng.json``: the Python, NumPy and torch (CPU and CUDA) generator states of every process;
+- ``state.json``: the step, the format version and the config the run was started with.
+
+The directory is written under a temporary name and renamed into place, so a run killed at any
+moment leaves only complete checkpoints. The data position is the step (see
+:class:`magnetsdk.train.data.Order`), so it needs no file of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+FORMAT_VERSION = 1
+_PREFIX = "step-"
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    step: int  # optimizer steps completed
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.iterdir():
+        if path.is_dir() and path.name.startswith(_PREFIX) and (path / "state.json").is_file():
+            found.append(Checkpoint(path, int(path.name[len(_PREFIX) :])))
+    return sorted(found, key=lambda c: c.step)
+
+
+def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's generator states as plain JSON values (they travel between processes too)."""
+    _, keys, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss = random.getstate()
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": {
+            "keys": keys.tolist(),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
+        "torch": torch.get_rng_state().tolist(),
+        "cuda": [s.tolist() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    keys = np.array(n["keys"], dtype=np.uint32)
+    np.random.set_state(("MT19937", keys, n["pos"], n["has_gauss"], n["cached"]))
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    trainable: dict[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    rng_states: list[dict[str, Any]],
+    config: dict[str, Any],
+    keep: int,
+) -> Path:
+    """Write the checkpoint of ``step`` atomically (main process only) and prune old ones."""
+    from safetensors.torch import save_file
+
+    root = checkpoint_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{_PREFIX}{step:08d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=root))
+    try:
+        save_file(
+            {name: t.detach().contiguous().cpu() for name, t in trainable.items()},
+            str(tmp / "trainable.safetensors"),
+        )
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        (tmp / "rng.json").write_text(json.dumps(rng_states), encoding="utf-8")
+        state = {"format_version": FORMAT_VERSION, "step": step, "config": config}
+        (tmp / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        for file in tmp.iterdir():
+            with open(file, "rb") as handle:
+                os.fsync(handle.fileno())
+        if final.exists():  # a re-run of the same step: replace it
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old.path, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(
+    checkpoint: Checkpoint,
+    trainable: dict[str, torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    rank: int,
+) -> dict[str, Any]:
+    """Restore weights, optimizer, scheduler and this process's RNG; return ``state.json``."""
+    from safetensors.torch import load_file
+
+    state = json.loads((checkpoint.path / "state.json").read_text(encoding="utf-8"))
+    if state.get("format_version", FORMAT_VERSION) > FORMAT_VERSION:
+        raise ValueError(f"{checkpoint.path} was written by a newer magnetsdk; upgrade to resume it")
+    weights = load_file(str(checkpoint.path / "trainable.safetensors"))
+    missing = sorted(set(trainable) - set(weights))
+    unexpected = sorted(set(weights) - set(trainable))
+    if missing or unexpected:
+        raise ValueError(
+            f"{checkpoint.path} does not match this model (missing {missing[:3]}, unexpected {unexpected[:3]}); "
+            "resume with the same base model and LoRA settings, or start a new output directory"
+        )
+    with torch.no_grad():
+        for name, parameter in trainable.items():
+            parameter.copy_(weights[name].to(parameter.device, parameter.dtype))
+    optimizer.load_state_dict(torch.load(checkpoint.path / "optimizer.pt", weights_only=True))
+    scheduler.load_state_dict(torch.load(checkpoint.path / "scheduler.pt", weights_only=True))
+    rng = json.loads((checkpoint.path / "rng.json").read_text(encoding="utf-8"))
+    if rank >= len(rng):
+        raise ValueError(
+            f"{checkpoint.path} was written by {len(rng)} process(es); resume with the same number of processes"
+        )
+    set_rng_state(rng[rank])
+    return state

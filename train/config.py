@@ -1,0 +1,275 @@
+"""``TrainConfig``: every setting of a training run, typed and validated in one place.
+
+Values come from four layers, later ones winning: the field defaults, the recipe preset
+(:mod:`magnetsdk.train.recipes`; fields left at ``None`` are filled from it), a TOML or YAML
+file, and command-line flags. The resolved config is written into the run directory and into the
+exported model's ``magnet_config.json`` (``training``), so a model records how it was made.
+
+This module knows nothing about models or tensors.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import tomllib
+from magnetsdk.train.recipes import RECIPES, recipe_defaults
+
+from magnetsdk.config import DEFAULT_INSTRUCTION
+
+
+class LMAttention(str, Enum):
+    """The attention mode of the language-modelling pass (MNTP + MSG)."""
+
+    HYBRID = "hybrid"  # context bidirectional, spans causal (MAGNET)
+    BIDIRECTIONAL = "bidirectional"  # every token sees every token (LLM2Vec)
+    CAUSAL = "causal"  # the model's native mask (MEAP)
+
+
+class PositiveSource(str, Enum):
+    """Where the positive view of an SSCL anchor comes from (see :mod:`magnetsdk.train.views`)."""
+
+    AUTO = "auto"  # pairs when pair files are given, else dropout
+    PAIRS = "pairs"  # given (anchor, positive[, negative]) pairs
+    PARAPHRASE = "paraphrase"  # generated once by an instruct model and cached on disk
+    DROPOUT = "dropout"  # the same text, a second pass with different dropout (SimCSE)
+
+
+class Schedule(str, Enum):
+    LINEAR = "linear"
+    COSINE = "cosine"
+    CONSTANT = "constant"
+
+
+class MixedPrecision(str, Enum):
+    AUTO = "auto"  # bf16 autocast on GPU, fp32 on CPU
+    NO = "no"
+    BF16 = "bf16"
+
+
+def _enum(cls: type[Enum], value: Any, name: str) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not one of {[m.value for m in cls]}") from None
+
+
+@dataclass
+class TrainConfig:
+    # --- what to train on
+    base_model: str = "default"  # a name or directory Magnet.from_pretrained accepts
+    data: list[str] = field(default_factory=list)  # .txt / .jsonl / .csv / .tsv text files
+    pairs: list[str] = field(default_factory=list)  # .jsonl / .tsv positive pairs
+    text_field: str = "text"  # the column of .jsonl / .csv text files
+    output_dir: str = "runs/magnet"
+    recipe: str = "magnet"
+
+    # --- objectives (None: the recipe decides)
+    mntp_weight: float | None = None
+    sscl_weight: float | None = None
+    msg_weight: float | None = None
+    lm_attention: LMAttention | None = None
+    no_context_fraction: float | None = None  # MSG examples that are plain next-token prediction
+    input_mask_probability: float | None = None  # MEAP: inputs of next-token examples masked
+    mntp_first_fraction: float | None = None  # steps training MNTP alone before the rest (LLM2Vec)
+    positives: PositiveSource | None = None
+    mntp_probability: float = 0.2  # context tokens selected for MNTP (80/10/10 of them)
+    span_fraction: float = 0.15  # share of a text's tokens removed as MSG spans
+    max_spans: int = 3
+    temperature: float = 0.05  # InfoNCE: cosine similarity / temperature
+    instruction: str = DEFAULT_INSTRUCTION
+    attention_dropout: float | None = None  # None: 0.1 with dropout positives, else 0.0
+    paraphrase_model: str | None = None  # None: the base model
+    paraphrase_cache: str | None = None  # None: <output_dir>/paraphrases.jsonl
+
+    # --- sequences and batches
+    max_length: int = 128  # tokens per language-modelling sequence (longer texts are split)
+    sscl_max_length: int = 64  # tokens per contrastive view (longer texts are truncated)
+    batch_size: int = 8  # examples per process per micro-batch
+    gradient_accumulation: int = 1
+
+    # --- optimisation
+    max_steps: int = 1000
+    learning_rate: float = 2e-4
+    weight_decay: float = 0.0
+    warmup_steps: int = 50
+    schedule: Schedule = Schedule.LINEAR
+    max_grad_norm: float = 1.0
+    full_finetune: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_target_modules: list[str] | str = "all-linear"
+    gradient_checkpointing: bool = False
+    mixed_precision: MixedPrecision = MixedPrecision.AUTO
+    seed: int = 0
+    device: str = "auto"  # auto, cpu or cuda (one process); accelerate launch sets it per process
+
+    # --- bookkeeping
+    save_every: int = 100
+    keep_checkpoints: int = 2
+    log_every: int = 1
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.recipe not in RECIPES:
+            raise ValueError(f"recipe={self.recipe!r} is not one of {sorted(RECIPES)}")
+        for name, value in recipe_defaults(self.recipe).items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
+        self.data = [str(p) for p in _as_list(self.data)]
+        self.pairs = [str(p) for p in _as_list(self.pairs)]
+        self.lm_attention = _enum(LMAttention, self.lm_attention, "lm_attention")
+        self.positives = _enum(PositiveSource, self.positives, "positives")
+        if self.positives is PositiveSource.AUTO:
+            self.positives = PositiveSource.PAIRS if self.pairs else PositiveSource.DROPOUT
+        if self.attention_dropout is None:
+            self.attention_dropout = 0.1 if self.positives is PositiveSource.DROPOUT else 0.0
+        self.schedule = _enum(Schedule, self.schedule, "schedule")
+        self.mixed_precision = _enum(MixedPrecision, self.mixed_precision, "mixed_precision")
+        self._validate()
+
+    def _validate(self) -> None:
+        if not self.data and not self.pairs:
+            raise ValueError("no training data: pass text files with data=[...] (--data) and/or pairs=[...]")
+        if self.positives is PositiveSource.PAIRS and not self.pairs and self.sscl_weight:
+            raise ValueError("positives='pairs' needs pair files (--pairs); or use positives='dropout'")
+        weights = {
+            "mntp_weight": self.mntp_weight,
+            "sscl_weight": self.sscl_weight,
+            "msg_weight": self.msg_weight,
+        }
+        for name, value in weights.items():
+            if value < 0:
+                raise ValueError(f"{name}={value} must be >= 0")
+        if not any(weights.values()):
+            raise ValueError("all objective weights are 0; set at least one of " + ", ".join(weights))
+        for name in (
+            "no_context_fraction",
+            "input_mask_probability",
+            "mntp_first_fraction",
+            "mntp_probability",
+            "span_fraction",
+            "attention_dropout",
+            "lora_dropout",
+        ):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}={value} must be between 0 and 1")
+        if not 0.0 < self.span_fraction < 1.0:
+            raise ValueError(f"span_fraction={self.span_fraction} must be strictly between 0 and 1")
+        if self.mntp_first_fraction and not self.mntp_weight:
+            raise ValueError(
+                "mntp_first_fraction > 0 needs mntp_weight > 0 (the first stage trains MNTP alone)"
+            )
+        positive_ints = (
+            "max_spans",
+            "max_length",
+            "sscl_max_length",
+            "batch_size",
+            "gradient_accumulation",
+            "max_steps",
+            "save_every",
+            "log_every",
+            "lora_r",
+            "lora_alpha",
+            "keep_checkpoints",
+        )
+        for name in positive_ints:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if self.max_length < 16:
+            raise ValueError(f"max_length={self.max_length} is too small; use at least 16 tokens")
+        if self.sscl_max_length < 8:
+            raise ValueError(f"sscl_max_length={self.sscl_max_length} is too small; use at least 8 tokens")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature={self.temperature} must be > 0")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
+        if self.warmup_steps < 0 or self.weight_decay < 0 or self.max_grad_norm < 0:
+            raise ValueError("warmup_steps, weight_decay and max_grad_norm must be >= 0")
+        if self.sscl_weight and self.batch_size < 2 and self.positives is not PositiveSource.PAIRS:
+            raise ValueError("SSCL needs in-batch negatives: batch_size must be at least 2")
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def uses_sscl(self) -> bool:
+        return bool(self.sscl_weight)
+
+    @property
+    def uses_lm(self) -> bool:
+        return bool(self.mntp_weight or self.msg_weight)
+
+    def weights_at(self, step: int) -> tuple[float, float, float]:
+        """(MNTP, SSCL, MSG) weights at optimizer step ``step`` (0-based), staged or not."""
+        if self.mntp_first_fraction and step < int(self.mntp_first_fraction * self.max_steps):
+            return self.mntp_weight, 0.0, 0.0
+        if self.mntp_first_fraction:
+            return 0.0, self.sscl_weight, self.msg_weight
+        return self.mntp_weight, self.sscl_weight, self.msg_weight
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, Enum):
+                data[key] = value.value
+        return data
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{source}: unknown keys {unknown}; known keys are {sorted(known)}")
+        return cls(**data)
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None
+    ) -> TrainConfig:
+        """Read a TOML (or, with pyyaml installed, YAML) file, apply ``overrides`` (None values skipped)."""
+        data = read_config_file(Path(path)) if path is not None else {}
+        data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        return cls.from_dict(data, source=str(path) if path is not None else "config")
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The key/value table of a ``.toml``, ``.yaml`` or ``.yml`` config file."""
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} not found")
+    suffix = path.suffix.lower()
+    text = path.read_text(encoding="utf-8")
+    if suffix == ".toml":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError(f"{path} is not valid TOML: {error}") from None
+    elif suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise ValueError(f"{path}: reading YAML needs pyyaml (pip install pyyaml); or use TOML") from None
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as error:
+            raise ValueError(f"{path} is not valid YAML: {error}") from None
+    else:
+        raise ValueError(f"config file {path} must end in .toml, .yaml or .yml")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a table of settings, got {type(data).__name__}")
+    return data
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, (str, os.PathLike)):
+        return [value]
+    return list(value)

@@ -1,0 +1,175 @@
+"""Training data: reading text and pair files, tokenizing them, and the order examples are seen in.
+
+- Text files: ``.txt`` (one text per non-blank line), ``.jsonl`` (one object per line, the text
+  under ``text_field``), ``.csv`` / ``.tsv`` (a header row naming ``text_field``).
+- Pair files (positive views for the contrastive objective): ``.jsonl`` with ``anchor`` and
+  ``positive`` (and optionally ``negative``, a hard negative such as a contradiction), or ``.tsv``
+  with a header row naming the same columns.
+- The order: example ``p`` of the run (counting over all steps, micro-batches and processes) is
+  item ``perm_e[p mod n]`` of a seeded permutation of epoch ``e = p // n``. The data position is
+  therefore a function of the step alone, which makes ``--resume`` exact and lets any number of
+  processes split the same global batch.
+
+It knows nothing about models, masks or layouts.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+TEXT_SUFFIXES = (".txt", ".jsonl", ".csv", ".tsv")
+PAIR_SUFFIXES = (".jsonl", ".tsv")
+PAIR_COLUMNS = ("anchor", "positive")
+MIN_TOKENS = 4  # shorter texts cannot hold a span and some context
+
+
+class DataError(ValueError):
+    """Training data that cannot be used; the message says which file and what to change."""
+
+
+@dataclass(frozen=True)
+class Pair:
+    anchor: str
+    positive: str
+    negative: str | None = None
+
+
+def read_texts(paths: list[str], text_field: str = "text") -> list[str]:
+    """All non-empty texts of ``paths``, in file order."""
+    texts: list[str] = []
+    for name in paths:
+        path = _existing(name, TEXT_SUFFIXES, "text")
+        suffix = path.suffix.lower()
+        if suffix == ".txt":
+            found = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        elif suffix == ".jsonl":
+            found = [str(row[text_field]) for row in _jsonl_rows(path, (text_field,))]
+        else:
+            found = [row[text_field] for row in _table_rows(path, (text_field,))]
+        texts.extend(t.strip() for t in found if t and t.strip())
+    return texts
+
+
+def read_pairs(paths: list[str]) -> list[Pair]:
+    """All pairs of ``paths``; a row without an anchor or positive column is an error."""
+    pairs: list[Pair] = []
+    for name in paths:
+        path = _existing(name, PAIR_SUFFIXES, "pairs")
+        rows = (
+            _jsonl_rows(path, PAIR_COLUMNS)
+            if path.suffix.lower() == ".jsonl"
+            else _table_rows(path, PAIR_COLUMNS)
+        )
+        for row in rows:
+            anchor, positive = str(row["anchor"]).strip(), str(row["positive"]).strip()
+            negative = row.get("negative")
+            negative = str(negative).strip() if negative not in (None, "") else None
+            if anchor and positive:
+                pairs.append(Pair(anchor, positive, negative or None))
+    return pairs
+
+
+def _existing(name: str, suffixes: tuple[str, ...], kind: str) -> Path:
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise DataError(f"{kind} file {path} not found")
+    if path.suffix.lower() not in suffixes:
+        raise DataError(f"{kind} file {path}: unsupported type {path.suffix!r}; use one of {list(suffixes)}")
+    return path
+
+
+def _jsonl_rows(path: Path, required: tuple[str, ...]) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataError(f"{path}, line {number}: not valid JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
+            missing = [c for c in required if c not in row]
+            if missing:
+                raise DataError(
+                    f"{path}, line {number}: missing {missing}; each line needs the keys {list(required)} "
+                    f"(found {sorted(row)})"
+                )
+            rows.append(row)
+    return rows
+
+
+def _table_rows(path: Path, required: tuple[str, ...]) -> list[dict]:
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle, delimiter=delimiter)
+        header = reader.fieldnames or []
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise DataError(
+                f"{path}: the header row lacks the columns {missing}; it needs {list(required)} "
+                f"(found {header})"
+            )
+        rows = []
+        for number, row in enumerate(reader, start=2):
+            if any(row.get(c) is None for c in required):
+                raise DataError(f"{path}, line {number}: fewer columns than the header {header}")
+            rows.append(row)
+    return rows
+
+
+@dataclass
+class TokenizedTexts:
+    """Token ids of the language-modelling examples, and what tokenizing did to the texts."""
+
+    ids: list[list[int]]
+    texts: list[str]  # the source text of each example (a split text repeats its text)
+    split: int  # texts longer than the budget, cut into several examples
+    dropped: int  # texts shorter than MIN_TOKENS
+
+
+def tokenize_texts(tokenizer, texts: list[str], budget: int) -> TokenizedTexts:
+    """Tokenize ``texts``; a text longer than ``budget`` tokens becomes consecutive pieces."""
+    ids: list[list[int]] = []
+    sources: list[str] = []
+    split = dropped = 0
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    for text, tokens in zip(texts, encoded, strict=True):
+        if len(tokens) > budget:
+            split += 1
+        for start in range(0, len(tokens), budget):
+            piece = tokens[start : start + budget]
+            if len(piece) < MIN_TOKENS:
+                dropped += 1
+                continue
+            ids.append(piece)
+            sources.append(text)
+    return TokenizedTexts(ids, sources, split, dropped)
+
+
+class Order:
+    """Which item each example position of the run reads: seeded permutations, one per epoch."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        if size < 1:
+            raise DataError("no examples to order")
+        self.size = size
+        self.seed = seed
+        self._epoch = -1
+        self._perm: np.ndarray | None = None
+
+    def item(self, position: int) -> int:
+        epoch = position // self.size
+        if epoch != self._epoch:
+            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.size)
+            self._epoch = epoch
+        return int(self._perm[position % self.size])
+
+    def items(self, positions: range) -> list[int]:
+        return [self.item(p) for p in positions]

@@ -1,0 +1,79 @@
+"""Write the adapted model directory that ``Magnet.from_pretrained(dir)`` loads.
+
+Contents: the peft adapter (``adapter_model.safetensors`` + ``adapter_config.json``), or the
+full weights when fully fine-tuned; ``magnet_config.json`` (base model, instruction, encoding
+attention and pooling, layout tokens, and ``training``: how it was trained); and the tokenizer
+when training added layout tokens to it (the loader then reads the tokenizer from here).
+
+Files are written into a temporary directory first and moved into place one by one, so a
+crash never leaves a half-written adapter under its final name.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from magnetsdk.attention import AttentionMode
+from magnetsdk.config import MagnetConfig, Pooling
+from magnetsdk.layout import LayoutTokens
+
+
+def encoding_settings(uses_sscl: bool, lm_attention: str) -> tuple[AttentionMode, Pooling]:
+    """How a model trained this way should encode: the mode and pooling it was trained for.
+
+    SSCL trains bidirectional last-token (EOS) embeddings. Without SSCL, a model whose context was
+    trained bidirectionally (MNTP, MSG) is read by mean pooling; a causal-only model (MEAP) keeps
+    causal mean pooling, as an unadapted model does.
+    """
+    if uses_sscl:
+        return AttentionMode.BIDIRECTIONAL, Pooling.LAST
+    if lm_attention == "causal":
+        return AttentionMode.CAUSAL, Pooling.MEAN
+    return AttentionMode.BIDIRECTIONAL, Pooling.MEAN
+
+
+def export_model(
+    model: torch.nn.Module,
+    tokenizer,
+    out_dir: Path,
+    base_model: str,
+    instruction: str,
+    layout: LayoutTokens,
+    tokens_added: bool,
+    uses_sscl: bool,
+    lm_attention: str,
+    training: dict[str, Any],
+    full_weights: bool,
+) -> Path:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    mode, pooling = encoding_settings(uses_sscl, lm_attention)
+    config = MagnetConfig(
+        base_model=base_model,
+        instruction=instruction,
+        encode_attention=mode,
+        pooling=pooling,
+        layout_tokens=layout.strings(),
+        adapted=True,
+        training=training,
+    )
+    tmp = Path(tempfile.mkdtemp(prefix=".export.", dir=out_dir))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tokens_added or full_weights:
+            tokenizer.save_pretrained(tmp)
+        config.save(tmp)
+        for item in sorted(tmp.iterdir(), key=lambda p: p.name == "magnet_config.json"):
+            target = out_dir / item.name  # magnet_config.json last: a loadable dir is a complete one
+            if target.is_dir():
+                shutil.rmtree(target)
+            os.replace(item, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir

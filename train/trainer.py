@@ -1,0 +1,540 @@
+"""The training loop: from a :class:`TrainConfig` to an adapted model directory.
+
+One function, :func:`train`, runs unchanged on one CPU, one GPU, or many processes started by
+``accelerate launch`` (or ``torchrun``): accelerate sets up the process group (gloo on CPU, NCCL
+on GPU), wraps the objectives module in DDP and handles bf16 autocast. Each process builds its
+own slice of every global batch from the step number (:class:`magnetsdk.train.data.Order`), so no
+data loader state needs saving and any process count sees the same examples.
+
+Per optimizer step: ``gradient_accumulation`` micro-batches, each one forward of
+:class:`~magnetsdk.train.objectives.MagnetObjectives` (the shared MNTP + MSG pass and the SSCL
+pass) and one backward; then gradient clipping, AdamW, the warmup-then-decay schedule, a metrics
+record, and every ``save_every`` steps an atomic checkpoint.
+
+It knows nothing about the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import random
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from magnetsdk.train.adaptation import make_trainable, trainable_parameters
+from magnetsdk.train.checkpoint import (
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+)
+from magnetsdk.train.collate import LMSettings, build_lm_example, collate_lm, collate_views
+from magnetsdk.train.config import MixedPrecision, PositiveSource, Schedule, TrainConfig
+from magnetsdk.train.data import DataError, Order, read_pairs, read_texts, tokenize_texts
+from magnetsdk.train.export import export_model
+from magnetsdk.train.masking import example_rng
+from magnetsdk.train.metrics import PLOT_NAME, MetricsLog, plot_losses
+from magnetsdk.train.objectives import MagnetObjectives, global_sum
+from magnetsdk.train.views import DropoutViews, PairViews, ParaphraseViews, PositiveViews, cached_paraphrases
+
+from magnetsdk.encoding import eos_id, special_prefix
+from magnetsdk.layout import resolve_layout_tokens
+
+CONFIG_RECORD = "train_config.json"
+# Settings that decide which examples a step sees; a resumed run must keep them.
+_RESUME_FIXED = ("seed", "batch_size", "gradient_accumulation", "recipe", "max_length", "base_model")
+
+
+class NonFiniteLossError(RuntimeError):
+    """A loss or gradient became NaN/inf; the message names the step, the batch and the last checkpoint."""
+
+
+@dataclass
+class TrainResult:
+    output_dir: Path
+    steps: int
+    losses: dict[str, float | None]  # the last step's losses
+    tokens_per_s: float
+    wall_s: float
+    metrics_path: Path
+    main_process: bool = True  # False on the other processes of a distributed run
+
+
+def lr_factor(step: int, warmup: int, total: int, schedule: Schedule) -> float:
+    """Linear warmup over ``warmup`` steps, then linear or cosine decay to 0 at ``total`` (or constant)."""
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if schedule is Schedule.CONSTANT:
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    if schedule is Schedule.COSINE:
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    return 1.0 - progress
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def load_base(config: TrainConfig, device: torch.device):
+    """Load the base model (fp32 master weights, sdpa attention) and its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from magnetsdk.loading import resolve
+
+    resolved = resolve(None if config.base_model == "default" else config.base_model)
+    if resolved.adapter is not None and config.base_model != "default":
+        warnings.warn(
+            f"{config.base_model} carries an adapter; training starts from its base model {resolved.name} "
+            "without it",
+            stacklevel=2,
+        )
+    tokenizer = AutoTokenizer.from_pretrained(resolved.base)
+    extra = {"attention_dropout": config.attention_dropout} if config.attention_dropout else {}
+    model = AutoModelForCausalLM.from_pretrained(
+        resolved.base, dtype=torch.float32, attn_implementation="sdpa", **extra
+    )
+    return model.to(device), tokenizer
+
+
+def _stored_base_name(config: TrainConfig) -> str:
+    path = Path(config.base_model).expanduser()
+    return str(path.resolve()) if path.is_dir() else config.base_model
+
+
+class _Run:
+    """The state of one training run in one process."""
+
+    def __init__(self, config: TrainConfig, model, tokenizer, resume: bool) -> None:
+        from accelerate import Accelerator
+
+        self.config = config
+        use_cpu = config.device == "cpu" or not torch.cuda.is_available()
+        mixed = config.mixed_precision
+        if mixed is MixedPrecision.AUTO:
+            mixed = MixedPrecision.NO if use_cpu else MixedPrecision.BF16
+        self.accelerator = Accelerator(cpu=use_cpu, mixed_precision=mixed.value)
+        self.rank = self.accelerator.process_index
+        self.world = self.accelerator.num_processes
+        self.main = self.accelerator.is_main_process
+        self.run_dir = Path(config.output_dir)
+        device = self.accelerator.device
+
+        # ---- model and tokenizer
+        seed_everything(config.seed)  # same LoRA init on every process
+        if model is None:
+            model, tokenizer = load_base(config, device)
+        elif tokenizer is None:
+            raise ValueError("pass the tokenizer together with an in-memory model")
+        if tokenizer.eos_token_id is None:
+            raise ValueError(
+                "the base model's tokenizer has no EOS token; training appends EOS to every contrastive "
+                "view (last-token pooling) and to next-token examples. Set tokenizer.eos_token (e.g. to "
+                "its end-of-text token) or choose a base model that has one"
+            )
+        self.tokenizer = tokenizer
+        self.layout, added = resolve_layout_tokens(tokenizer, None)
+        rows = model.get_input_embeddings().weight.shape[0]
+        if added and len(tokenizer) > rows:
+            model.resize_token_embeddings(len(tokenizer))
+        self.tokens_added = bool(added)
+        new_ids = [tokenizer.convert_tokens_to_ids(t) for t in added]
+        self.vocab_size = min(len(tokenizer), model.get_input_embeddings().weight.shape[0])
+        self.prefix = special_prefix(tokenizer)
+        self.eos = eos_id(tokenizer)
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos
+
+        # ---- data
+        self._load_data(model)
+
+        # ---- what trains
+        self.trained = make_trainable(model.to(device), config, new_ids)
+        self.parameters = trainable_parameters(self.trained)
+        if not self.parameters:
+            raise ValueError("nothing to train: the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(
+            self.parameters.values(), lr=config.learning_rate, weight_decay=config.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            functools.partial(
+                lr_factor, warmup=config.warmup_steps, total=config.max_steps, schedule=config.schedule
+            ),
+        )
+        objectives = MagnetObjectives(self.trained, config.lm_attention.value, config.temperature)
+        self.module = self.accelerator.prepare_model(objectives)
+
+        # ---- where to start
+        self.start_step = 0
+        self.last_checkpoint: Path | None = None
+        existing = latest_checkpoint(self.run_dir)
+        if existing is not None and not resume:
+            raise FileExistsError(
+                f"{self.run_dir} already holds checkpoints (latest: step {existing.step}); pass --resume to "
+                "continue that run, or choose another --output-dir"
+            )
+        if resume and existing is not None:
+            state = load_checkpoint(existing, self.parameters, self.optimizer, self.scheduler, self.rank)
+            changed = [k for k in _RESUME_FIXED if state["config"].get(k) != config.to_dict().get(k)]
+            if changed:
+                raise ValueError(
+                    f"cannot resume {existing.path}: {changed} differ from the run that wrote it; "
+                    "resume with the same settings"
+                )
+            self.start_step = existing.step
+            self.last_checkpoint = existing.path
+        elif resume:
+            self.accelerator.print(f"--resume: no checkpoint in {self.run_dir}, starting from step 0")
+        if self.start_step == 0:
+            seed_everything(config.seed + self.rank)  # dropout differs per process, as in any DDP run
+
+    # ------------------------------------------------------------------ data
+
+    def _load_data(self, model) -> None:
+        config = self.config
+        texts = read_texts(config.data, config.text_field)
+        pairs = read_pairs(config.pairs)
+        if config.pairs and not pairs:
+            raise DataError(f"the pair files {config.pairs} hold no pairs")
+        if not texts and pairs:
+            texts = list(dict.fromkeys(t for p in pairs for t in (p.anchor, p.positive)))
+        if not texts:
+            raise DataError(
+                f"no training text in {config.data}: the files are empty or hold only blank lines; "
+                "add text (one per line in .txt, a 'text' field in .jsonl/.csv)"
+            )
+        global_batch = config.batch_size * self.world
+        # Room for the prefix, and a GAP, SPAN and END per span (or the EOS of a next-token example).
+        budget = config.max_length - len(self.prefix) - 3 * config.max_spans
+        if budget < 8:
+            raise ValueError(
+                f"max_length={config.max_length} leaves only {budget} text tokens per example; raise it"
+            )
+        if config.uses_lm:
+            tokenized = tokenize_texts(self.tokenizer, texts, budget)
+            if not tokenized.ids:
+                raise DataError(
+                    f"all {len(texts)} texts are shorter than 4 tokens; training needs longer texts"
+                )
+            if len(tokenized.ids) < global_batch:
+                raise DataError(
+                    f"only {len(tokenized.ids)} training examples, fewer than one global batch of "
+                    f"{global_batch} ({config.batch_size} per process x {self.world}); add data or "
+                    "lower --batch-size"
+                )
+            if tokenized.split:
+                self.accelerator.print(
+                    f"{tokenized.split} texts were longer than {budget} tokens and were split into pieces"
+                )
+            if tokenized.dropped:
+                self.accelerator.print(
+                    f"{tokenized.dropped} texts (or tails) shorter than 4 tokens were skipped"
+                )
+            self.lm_ids = tokenized.ids
+            self.lm_order = Order(len(self.lm_ids), config.seed)
+        self.views: PositiveViews | None = None
+        if config.uses_sscl:
+            self.views = self._positive_views(texts, pairs, model)
+            if self.views.size < max(global_batch, 2):
+                raise DataError(
+                    f"only {self.views.size} contrastive examples, fewer than one global batch of "
+                    f"{max(global_batch, 2)}; add data or lower --batch-size"
+                )
+            self.view_order = Order(self.views.size, config.seed + 1)
+        self.settings = LMSettings(
+            mntp=bool(config.mntp_weight),
+            msg=bool(config.msg_weight),
+            mntp_probability=config.mntp_probability,
+            span_fraction=config.span_fraction,
+            max_spans=config.max_spans,
+            no_context_fraction=config.no_context_fraction,
+            input_mask_probability=config.input_mask_probability,
+        )
+
+    def _positive_views(self, texts: list[str], pairs, model) -> PositiveViews:
+        config = self.config
+        if config.positives is PositiveSource.PAIRS:
+            return PairViews(pairs)
+        unique = list(dict.fromkeys(texts))
+        if config.positives is PositiveSource.DROPOUT:
+            return DropoutViews(unique)
+        cache = Path(config.paraphrase_cache or self.run_dir / "paraphrases.jsonl")
+        if self.main:
+            cached_paraphrases(unique, cache, self._paraphraser(model), progress=config.progress)
+        self.accelerator.wait_for_everyone()
+        from magnetsdk.train.views import load_paraphrase_cache
+
+        return ParaphraseViews(unique, load_paraphrase_cache(cache))
+
+    def _paraphraser(self, model):
+        from magnetsdk.config import MagnetConfig
+        from magnetsdk.magnet import Magnet
+
+        config = self.config
+        if config.paraphrase_model:
+            writer = Magnet.from_pretrained(config.paraphrase_model, device=self.accelerator.device)
+        else:
+            writer = Magnet(model, self.tokenizer, MagnetConfig.for_base_model(config.base_model))
+        chat = bool(getattr(writer.tokenizer, "chat_template", None))
+        return lambda prompts: writer.generate(
+            prompts,
+            max_new_tokens=config.sscl_max_length,
+            temperature=0.7,
+            top_p=0.9,
+            seed=config.seed,
+            chat=chat,
+            batch_size=16,
+        )
+
+    # ------------------------------------------------------------------ batches
+
+    def positions(self, step: int, micro: int) -> range:
+        config = self.config
+        global_batch = config.batch_size * self.world
+        start = (step * config.gradient_accumulation + micro) * global_batch + self.rank * config.batch_size
+        return range(start, start + config.batch_size)
+
+    def batch(self, step: int, micro: int, weights: tuple[float, float, float]):
+        positions = self.positions(step, micro)
+        device = self.accelerator.device
+        lm = views = None
+        items: dict[str, list[int]] = {}
+        if weights[0] or weights[2]:
+            items["lm"] = self.lm_order.items(positions)
+            examples = [
+                build_lm_example(
+                    self.lm_ids[i],
+                    self.layout,
+                    self.prefix,
+                    self.eos,
+                    self.vocab_size,
+                    self.settings,
+                    example_rng(self.config.seed, p),
+                )
+                for i, p in zip(items["lm"], positions, strict=True)
+            ]
+            lm = collate_lm(examples, self.pad).to(device)
+        if weights[1]:
+            items["sscl"] = self.view_order.items(positions)
+            anchors, positives, negatives = self.views.views(items["sscl"])
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*truncated.*")
+                views = collate_views(
+                    self.tokenizer,
+                    anchors,
+                    positives,
+                    negatives,
+                    self.config.instruction,
+                    self.config.sscl_max_length,
+                    self.pad,
+                ).to(device)
+        return lm, views, items
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self) -> TrainResult:
+        config = self.config
+        accelerator = self.accelerator
+        if self.main:
+            from magnetsdk.config import atomic_write_text
+
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            import json
+
+            atomic_write_text(self.run_dir / CONFIG_RECORD, json.dumps(config.to_dict(), indent=2) + "\n")
+        log = (
+            MetricsLog(self.run_dir, resume_step=self.start_step if self.last_checkpoint else None)
+            if self.main
+            else None
+        )
+        from tqdm.auto import tqdm
+
+        bar = tqdm(
+            total=config.max_steps,
+            initial=self.start_step,
+            desc=config.recipe,
+            unit="step",
+            disable=not (self.main and config.progress),
+            dynamic_ncols=True,
+        )
+        started = time.perf_counter()
+        total_tokens = 0
+        losses: dict[str, float | None] = {}
+        try:
+            for step in range(self.start_step, config.max_steps):
+                losses, tokens, seconds = self._step(step)
+                total_tokens += tokens
+                record = {
+                    "step": step + 1,
+                    **losses,
+                    "lr": self.scheduler.get_last_lr()[0],
+                    "tokens": tokens,
+                    "tokens_per_s": tokens / seconds,
+                    "elapsed_s": time.perf_counter() - started,
+                }
+                if log is not None and ((step + 1) % config.log_every == 0 or step + 1 == config.max_steps):
+                    log.log(record)
+                bar.set_postfix(
+                    {k: f"{v:.3f}" for k, v in losses.items() if v is not None}
+                    | {"tok/s": f"{tokens / seconds:.0f}"}
+                )
+                bar.update(1)
+                if (step + 1) % config.save_every == 0 or step + 1 == config.max_steps:
+                    self._checkpoint(step + 1)
+        finally:
+            bar.close()
+            if log is not None:
+                log.close()
+        wall = time.perf_counter() - started
+        steps_run = config.max_steps - self.start_step
+        result = TrainResult(
+            output_dir=self.run_dir,
+            steps=config.max_steps,
+            losses=losses,
+            tokens_per_s=total_tokens / wall if wall > 0 else 0.0,
+            wall_s=wall,
+            metrics_path=self.run_dir / "metrics.jsonl",
+            main_process=self.main,
+        )
+        if self.main:
+            plot_losses(result.metrics_path, self.run_dir / PLOT_NAME)
+            self._export(result, steps_run, total_tokens)
+        accelerator.wait_for_everyone()
+        return result
+
+    def _step(self, step: int) -> tuple[dict[str, float | None], int, float]:
+        config = self.config
+        started = time.perf_counter()
+        weights = config.weights_at(step)
+        accumulated: dict[str, list[float]] = {"mntp": [], "sscl": [], "msg": []}
+        tokens = 0
+        total = 0.0
+        for micro in range(config.gradient_accumulation):
+            lm, views, items = self.batch(step, micro, weights)
+            tokens += (lm.tokens if lm is not None else 0) + (views.tokens if views is not None else 0)
+            last = micro == config.gradient_accumulation - 1
+            sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.module)
+            with sync:
+                with self.accelerator.autocast():
+                    out = self.module(lm, views, weights)
+                values = {"mntp": out.mntp, "sscl": out.sscl, "msg": out.msg}
+                bad = global_sum(
+                    torch.tensor(0.0 if torch.isfinite(out.total) else 1.0, device=out.total.device)
+                )
+                if bad > 0 or any(v is not None and not math.isfinite(v) for v in values.values()):
+                    self._fail(step, micro, items, values, "loss")
+                self.accelerator.backward(out.total / config.gradient_accumulation)
+            for key, value in values.items():
+                if value is not None:
+                    accumulated[key].append(value)
+            total += sum(
+                w * v for w, v in zip(weights, (out.mntp, out.sscl, out.msg), strict=True) if v is not None
+            )
+        if config.max_grad_norm:
+            norm = self.accelerator.clip_grad_norm_(list(self.parameters.values()), config.max_grad_norm)
+            if norm is not None and not math.isfinite(float(norm)):
+                self._fail(
+                    step, config.gradient_accumulation - 1, items, {"grad_norm": float(norm)}, "gradient"
+                )
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        losses: dict[str, float | None] = {
+            k: (sum(v) / len(v) if v else None) for k, v in accumulated.items()
+        }
+        losses["loss"] = total / config.gradient_accumulation
+        tokens = int(global_sum(torch.tensor(tokens, device=self.accelerator.device)))
+        return losses, tokens, time.perf_counter() - started
+
+    def _fail(
+        self, step: int, micro: int, items: dict[str, list[int]], values: dict[str, Any], what: str
+    ) -> None:
+        where = self.last_checkpoint or "none (no checkpoint was written yet)"
+        shown = ", ".join(f"{k}={v}" for k, v in values.items() if v is not None)
+        raise NonFiniteLossError(
+            f"non-finite {what} at step {step + 1} (micro-batch {micro}, process {self.rank}; "
+            f"example indices {items}): {shown}. Training stopped; the last good checkpoint is {where}. "
+            "Lower --learning-rate or inspect those examples, then --resume"
+        )
+
+    def _checkpoint(self, step: int) -> None:
+        states = [rng_state()]
+        if self.world > 1:
+            import torch.distributed as dist
+
+            states = [None] * self.world
+            dist.all_gather_object(states, rng_state())
+        if self.main:
+            self.last_checkpoint = save_checkpoint(
+                self.run_dir,
+                step,
+                {name: p for name, p in self.parameters.items()},
+                self.optimizer,
+                self.scheduler,
+                states,
+                self.config.to_dict(),
+                self.config.keep_checkpoints,
+            )
+        self.accelerator.wait_for_everyone()
+        if not self.main:
+            found = [c for c in list_checkpoints(self.run_dir) if c.step == step]
+            self.last_checkpoint = found[0].path if found else self.last_checkpoint
+
+    def _export(self, result: TrainResult, steps_run: int, tokens: int) -> None:
+        import importlib.metadata
+
+        def version(dist: str) -> str | None:
+            try:
+                return importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                return None
+
+        config = self.config
+        training = {
+            "recipe": config.recipe,
+            "steps": config.max_steps,
+            "processes": self.world,
+            "global_batch": config.batch_size * self.world * config.gradient_accumulation,
+            "final_losses": result.losses,
+            "wall_s_last_session": round(result.wall_s, 1),
+            "tokens_last_session": tokens,
+            "tokens_per_s": round(result.tokens_per_s, 1),
+            "data": config.data,
+            "pairs": config.pairs,
+            "config": config.to_dict(),
+            "versions": {d: version(d) for d in ("magnetsdk", "torch", "transformers", "peft", "accelerate")},
+        }
+        export_model(
+            self.trained,
+            self.tokenizer,
+            self.run_dir,
+            base_model=_stored_base_name(config),
+            instruction=config.instruction,
+            layout=self.layout,
+            tokens_added=self.tokens_added,
+            uses_sscl=config.uses_sscl,
+            lm_attention=config.lm_attention.value,
+            training=training,
+            full_weights=config.full_finetune,
+        )
+
+
+def train(
+    config: TrainConfig, model: torch.nn.Module | None = None, tokenizer=None, resume: bool = False
+) -> TrainResult:
+    """Train per ``config`` and write the adapted model into ``config.output_dir``.
+
+    ``model``/``tokenizer`` may be passed in memory (tests, notebooks); otherwise
+    ``config.base_model`` is loaded. ``resume=True`` continues from the latest checkpoint.
+    """
+    return _Run(config, model, tokenizer, resume).run()
