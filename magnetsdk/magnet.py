@@ -316,5 +316,42 @@ class Magnet:
                 )
         return outputs[0] if single else outputs
 
+    # ------------------------------------------------------------------ save and share
+
+    def save(
+        self,
+        directory: str | os.PathLike,
+        overwrite: bool = False,
+        prompts: dict[str, str] | None = None,
+        default_prompt_name: str | None = None,
+    ) -> Path:
+        """Write a model directory that ``Magnet.from_pretrained`` and ``SentenceTransformer`` load.
+
+        Merged safetensors weights, the tokenizer, ``magnet_config.json`` and the
+        sentence-transformers files, written to a temporary directory and renamed into place. An
+        existing magnetsdk model directory is replaced; any other non-empty directory is refused
+        unless ``overwrite=True``. ``prompts`` are stored for sentence-transformers (see
+        :mod:`magnetsdk.integrations.sentence_transformers`).
+        """
+        # The writer lives with the sentence-transformers module: it writes both formats at once.
+        from magnetsdk.integrations.sentence_transformers import save_model_directory
+
+        return save_model_directory(self, directory, overwrite, prompts, default_prompt_name)
+
+    def to_sentence_transformer(
+        self,
+        prompts: dict[str, str] | None = None,
+        default_prompt_name: str | None = None,
+        normalize: bool = True,
+    ) -> Any:
+        """This model as a ``sentence_transformers.SentenceTransformer``, sharing these weights.
+
+        ``SentenceTransformer.encode(x)`` then equals ``self.encode(x)``; a prompt replaces the
+        instruction (see :mod:`magnetsdk.integrations.sentence_transformers`).
+        """
+        from magnetsdk.integrations.sentence_transformers import to_sentence_transformer
+
+        return to_sentence_transformer(self, prompts, default_prompt_name, normalize)
+
     def __repr__(self) -> str:
         return f"Magnet(model={self.name!r}, adapter={self._adapter!r}, device={str(self.device)!r}, d={self.dimension})"
