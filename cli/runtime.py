@@ -31,6 +31,9 @@ _FORMAT = click.option(
 @click.option("--max-length", default=None, type=click.IntRange(min=8), help="[default: the model's, 512]")
 @click.option("--no-normalize", is_flag=True, help="Do not L2-normalise the embeddings.")
 @click.option(
+    "--echo/--no-echo", default=None, help="Echo embeddings: give each text twice [default: the model's]."
+)
+@click.option(
     "--output",
     "-o",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -50,6 +53,7 @@ def encode(
     batch_size,
     max_length,
     no_normalize,
+    echo,
     output,
     fmt,
 ):
@@ -65,6 +69,7 @@ def encode(
         normalize=not no_normalize,
         max_length=max_length,
         pooling=pooling,
+        echo=echo,
     )
     if output is not None:
         tmp = output.with_name(output.name + ".tmp.npy")

@@ -40,6 +40,8 @@ class MagnetConfig:
     encode_attention: AttentionMode = AttentionMode.BIDIRECTIONAL
     pooling: Pooling = Pooling.LAST
     max_length: int = 512
+    # Echo embeddings: give each text twice and pool over the second copy (for unadapted models).
+    echo: bool = False
     # Role -> token string (see magnetsdk.layout); empty means "choose for this tokenizer".
     layout_tokens: dict[str, str] = field(default_factory=dict)
     # Whether the model was adapted (trained with bidirectional/hybrid attention).

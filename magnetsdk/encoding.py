@@ -4,6 +4,10 @@ A text is encoded as ``[BOS] instruction " " text EOS``. The instruction and the
 tokenized separately so the text tokens are known exactly (mean pooling covers only them); the
 EOS token is appended so last-token pooling reads a fixed token whatever the text ends with.
 
+Echo embeddings (Springer et al. 2024) give the text twice, ``instruction " " text ECHO text EOS``,
+and pool over the second occurrence: under causal attention its tokens have seen the whole text,
+which makes a never-adapted decoder a better encoder without training.
+
 This module knows nothing about loading or thread safety; :class:`magnetsdk.Magnet` owns those.
 """
 
@@ -18,6 +22,8 @@ import torch
 from magnetsdk.attention import AttentionMode
 from magnetsdk.config import Pooling
 from magnetsdk.forward import run_decoder
+
+ECHO_SEPARATOR = "\nThe same sentence, rewritten:"
 
 
 @dataclass
@@ -42,19 +48,28 @@ def eos_id(tokenizer) -> int:
     return tokenizer.eos_token_id
 
 
-def prepare(tokenizer, texts: list[str], instruction: str, max_length: int) -> list[EncodeInput]:
-    """Tokenize ``texts`` with the instruction prefix, truncating (with a warning) to ``max_length``."""
+def prepare(
+    tokenizer, texts: list[str], instruction: str, max_length: int, echo: bool = False
+) -> list[EncodeInput]:
+    """Tokenize ``texts`` with the instruction prefix, truncating (with a warning) to ``max_length``.
+
+    With ``echo`` each text appears twice and ``text_start:text_end`` is its second occurrence.
+    """
     prefix = special_prefix(tokenizer) + (
         tokenizer(instruction, add_special_tokens=False)["input_ids"] if instruction else []
     )
     eos = eos_id(tokenizer)
-    budget = max_length - len(prefix) - 1
+    separator = tokenizer(ECHO_SEPARATOR, add_special_tokens=False)["input_ids"] if echo else []
+    budget = max_length - len(prefix) - len(separator) - 1
+    if echo:
+        budget //= 2
     if budget < 1:
         raise ValueError(
             f"max_length={max_length} leaves no room for text after the {len(prefix)}-token instruction "
             "prefix; raise max_length or shorten the instruction"
         )
-    joined = [(" " + t if instruction else t) if t else "" for t in texts]
+    # A text follows the instruction (or the echo separator) after a space.
+    joined = [(" " + t if instruction or echo else t) if t else "" for t in texts]
     text_ids = tokenizer(joined, add_special_tokens=False)["input_ids"] if joined else []
     truncated = 0
     inputs = []
@@ -62,7 +77,11 @@ def prepare(tokenizer, texts: list[str], instruction: str, max_length: int) -> l
         if len(ids) > budget:
             ids = ids[:budget]
             truncated += 1
-        inputs.append(EncodeInput(prefix + ids + [eos], len(prefix), len(prefix) + len(ids)))
+        if echo:
+            first = prefix + ids + separator
+            inputs.append(EncodeInput(first + ids + [eos], len(first), len(first) + len(ids)))
+        else:
+            inputs.append(EncodeInput(prefix + ids + [eos], len(prefix), len(prefix) + len(ids)))
     if truncated:
         warnings.warn(
             f"{truncated} of {len(texts)} texts were longer than max_length={max_length} tokens and were "

@@ -191,12 +191,14 @@ class Magnet:
         pooling: Pooling | str | None = None,
         attention: AttentionMode | str | None = None,
         show_progress: bool | None = None,
+        echo: bool | None = None,
     ) -> np.ndarray:
         """Embed texts; returns float32 ``(n, d)`` (``(d,)`` for a single string).
 
         ``instruction`` defaults to the model's stored instruction ("" for none). ``pooling`` and
         ``attention`` default to the model's config: bidirectional last-token (EOS) pooling for an
-        adapted model, causal mean pooling for an unadapted one.
+        adapted model, causal mean pooling for an unadapted one. ``echo=True`` gives each text twice
+        and pools over the second copy (Echo embeddings, for models that were never adapted).
         """
         single = isinstance(texts, str)
         batch = [texts] if single else list(texts)
@@ -212,7 +214,10 @@ class Magnet:
         pool = choice(Pooling, pooling or self.config.pooling, "pooling")
         progress = show_progress if show_progress is not None else len(batch) > 8 * batch_size
         with self._lock, torch.inference_mode():
-            inputs = prepare(self.tokenizer, batch, instruction, max_length or self.config.max_length)
+            echo = self.config.echo if echo is None else echo
+            inputs = prepare(
+                self.tokenizer, batch, instruction, max_length or self.config.max_length, echo=echo
+            )
             vectors = embed(self.model, inputs, mode, pool, self._pad_id, batch_size, normalize, progress)
         return vectors[0] if single else vectors
 

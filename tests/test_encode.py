@@ -135,3 +135,26 @@ def test_threads_share_one_magnet(llama_magnet):
     assert len(results) == 12
     for result in results:
         np.testing.assert_allclose(result, expected, atol=1e-5)
+
+
+def test_echo_pools_over_the_second_copy(llama_magnet):
+    m = llama_magnet
+    text = "The river rose."
+    (plain,) = prepare(m.tokenizer, [text], m.config.instruction, 512)
+    (echoed,) = prepare(m.tokenizer, [text], m.config.instruction, 512, echo=True)
+    first = plain.ids[plain.text_start : plain.text_end]
+    second = echoed.ids[echoed.text_start : echoed.text_end]
+    assert second == first and echoed.ids[-1] == m.tokenizer.eos_token_id
+    assert echoed.ids[: plain.text_end] == plain.ids[: plain.text_end]  # the first copy opens the sequence
+    ids = torch.tensor([echoed.ids])
+    with torch.no_grad():
+        hidden = run_decoder(
+            m.model, ids, torch.ones_like(ids, dtype=torch.bool), AttentionMode.CAUSAL
+        ).hidden
+    expected = torch.nn.functional.normalize(hidden[0, echoed.text_start : echoed.text_end].mean(0), dim=-1)
+    np.testing.assert_allclose(
+        m.encode(text, echo=True, attention="causal", pooling="mean"), expected.numpy(), atol=1e-5
+    )
+    with pytest.warns(UserWarning, match="truncated"):
+        (cut,) = prepare(m.tokenizer, ["word " * 100], m.config.instruction, 64, echo=True)
+    assert len(cut.ids) <= 64
