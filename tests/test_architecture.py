@@ -10,6 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("faiss", "peft", "accelerate", "sentence_transformers", "matplotlib")
 OUTER = ("magnetsdk.train", "magnetsdk.integrations", "magnetsdk.cli")
+# Deliberate exceptions: the facade methods the public API promises on Magnet (save, to_sentence_transformer)
+# import their integration lazily, inside the method, so importing the core still pulls in nothing outer.
+ALLOWED = {("magnetsdk/magnet.py", "magnetsdk.integrations.sentence_transformers")}
 
 
 def test_import_magnetsdk_is_light():
@@ -31,5 +34,10 @@ def test_core_never_imports_outer_layers():
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.startswith(OUTER)]
+            where = str(path.relative_to(ROOT))
+            offenders += [f"{where}: {n}" for n in names if n.startswith(OUTER) and (where, n) not in ALLOWED]
+            if (where, *names) in ALLOWED and node.col_offset == 0:
+                offenders.append(
+                    f"{where}: {names[0]} is imported at module level; import it inside the method"
+                )
     assert offenders == []
