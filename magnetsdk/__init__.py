@@ -9,11 +9,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Magnet", "MagnetConfig", "AttentionMode", "Pooling", "InfillResult", "ModelNotFoundError"]
+__all__ = [
+    "Magnet",
+    "MagnetConfig",
+    "AttentionMode",
+    "Pooling",
+    "InfillResult",
+    "ModelNotFoundError",
+    "Index",
+]
 
 if TYPE_CHECKING:
     from magnetsdk.attention import AttentionMode
     from magnetsdk.config import MagnetConfig, Pooling
+    from magnetsdk.index import Index
     from magnetsdk.infilling import InfillResult
     from magnetsdk.loading import ModelNotFoundError
     from magnetsdk.magnet import Magnet
@@ -25,6 +34,7 @@ _LAZY = {
     "AttentionMode": "magnetsdk.attention",
     "InfillResult": "magnetsdk.infilling",
     "ModelNotFoundError": "magnetsdk.loading",
+    "Index": "magnetsdk.index",
 }
 
 

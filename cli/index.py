@@ -1,0 +1,235 @@
+"""``magnet index`` and ``magnet search``: build, summarise and query a retrieval index.
+
+Thin shells over :mod:`magnetsdk.index`: parse options, call one library function, turn its
+exceptions into click errors and print a table or JSON lines. Under ``accelerate launch`` the
+indexing is sharded across processes (see :mod:`magnetsdk.index.sharding`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from magnetsdk.cli.options import model_options, open_magnet, print_jsonl, print_table
+
+# The values of magnetsdk.index.IndexType, spelled out so that `magnet --help` does not import faiss.
+INDEX_TYPES = ["exact", "hnsw", "ivfpq", "auto"]
+
+
+def _library_errors() -> tuple[type[BaseException], ...]:
+    from magnetsdk.index import errors
+
+    return (
+        errors.IndexNotFoundError,
+        errors.IndexMismatchError,
+        errors.IndexCorruptedError,
+        errors.IndexBusyError,
+        errors.EmptyIndexError,
+        FileExistsError,
+        FileNotFoundError,
+        ValueError,
+    )
+
+
+def _fail(error: BaseException) -> click.ClickException:
+    return click.ClickException(str(error).strip("'\""))
+
+
+@click.command("index")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), help="The index directory.")
+@click.option(
+    "--stats", "stats_dir", type=click.Path(file_okay=False, path_type=Path), help="Summarise DIR and exit."
+)
+@model_options
+@click.option(
+    "--type",
+    "index_type",
+    type=click.Choice(INDEX_TYPES),
+    default="exact",
+    show_default=True,
+    help="FAISS index type for a new index.",
+)
+@click.option(
+    "--chunk-tokens", default=256, show_default=True, type=click.IntRange(min=8), help="Tokens per chunk."
+)
+@click.option(
+    "--chunk-overlap",
+    default=32,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Tokens shared by consecutive chunks.",
+)
+@click.option(
+    "--document-instruction", default=None, help="Instruction for documents [default: the model's]."
+)
+@click.option("--query-instruction", default=None, help="Instruction for queries [default: the model's].")
+@click.option(
+    "--text-field",
+    default="text",
+    show_default=True,
+    help="The text field of .jsonl and column of .csv files.",
+)
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON line.")
+def index_command(
+    paths, out, stats_dir, model, adapter, device, dtype, index_type, chunk_tokens, chunk_overlap,
+    document_instruction, query_instruction, text_field, batch_size, quiet, as_json,
+):  # fmt: skip
+    """Index txt, md, jsonl and csv files and folders into DIR (--out); re-runs skip unchanged documents.
+
+    Run under `accelerate launch` to encode across processes or GPUs.
+    """
+    if stats_dir is not None:
+        if paths or out:
+            raise click.UsageError("--stats DIR takes no PATHS or --out")
+        _print_stats(stats_dir, as_json)
+        return
+    if not paths or out is None:
+        raise click.UsageError("give PATHS to index and --out DIR (or --stats DIR)")
+    from magnetsdk.index.sharding import upsert_sharded, world_size
+    from magnetsdk.index.sources import read_sources
+
+    try:
+        sources = read_sources(list(paths), text_field=text_field)
+    except FileNotFoundError as error:
+        raise _fail(error) from None
+    main_process = _rank() == 0
+    if main_process:
+        for where, why in sources.skipped:
+            click.echo(f"warning: skipped {where}: {why}", err=True)
+    if not sources.documents:
+        raise click.ClickException(
+            f"no documents to index in {', '.join(map(str, paths))} ({sources.files} files read, "
+            f"{len(sources.skipped)} skipped); give txt, md, jsonl or csv files with text"
+        )
+    magnet = open_magnet(model, adapter, _rank_device(device), dtype)
+    options: dict[str, Any] = {
+        "index_type": index_type,
+        "chunk_tokens": chunk_tokens,
+        "chunk_overlap": chunk_overlap,
+        "document_instruction": document_instruction,
+        "query_instruction": query_instruction,
+    }
+    try:
+        report = upsert_sharded(out, magnet, sources.documents, options, batch_size, progress=not quiet)
+    except _library_errors() as error:
+        raise _fail(error) from None
+    if report is None:
+        return
+    summary = {
+        "out": str(out),
+        "processes": world_size(),
+        "files": sources.files,
+        "skipped": len(sources.skipped),
+        **report.to_dict(),
+    }
+    if as_json:
+        print_jsonl([summary])
+        return
+    share = report.encode_seconds / report.seconds if report.seconds else 0.0
+    click.echo(
+        f"{out}: {report.added} added, {report.updated} re-indexed, {report.unchanged} unchanged, "
+        f"{report.metadata_only} metadata updated; {report.chunks} chunks encoded in {report.seconds:.1f}s "
+        f"({share:.0%} encoding, {world_size()} process(es))"
+    )
+
+
+def _rank() -> int:
+    import os
+
+    return int(os.environ.get("RANK", "0"))
+
+
+def _rank_device(device: str) -> str:
+    """Under a multi-process launch, ``auto`` means this process's own GPU (LOCAL_RANK)."""
+    import os
+
+    if device != "auto" or "LOCAL_RANK" not in os.environ:
+        return device
+    import torch
+
+    return f"cuda:{os.environ['LOCAL_RANK']}" if torch.cuda.is_available() else "cpu"
+
+
+def _print_stats(directory: Path, as_json: bool) -> None:
+    from magnetsdk.index import Index
+
+    try:
+        with Index.open(directory, None) as index:
+            facts = index.stats()
+    except _library_errors() as error:
+        raise _fail(error) from None
+    if as_json:
+        print_jsonl([facts])
+        return
+    print_table(["field", "value"], [[k, v] for k, v in facts.items()])
+
+
+def _parse_filters(filters: tuple[str, ...]) -> dict[str, list[Any]]:
+    """``key=value`` pairs; a value that reads as a JSON number, bool or null also matches that value."""
+    where: dict[str, list[Any]] = {}
+    for item in filters:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not key=value", param_hint="--filter")
+        options: list[Any] = [value]
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        if parsed != value and (parsed is None or isinstance(parsed, (bool, int, float))):
+            options.append(parsed)
+        where.setdefault(key, []).extend(options)
+    return where
+
+
+@click.command("search")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("queries", nargs=-1, required=True)
+@click.option("-k", "k", default=10, show_default=True, type=click.IntRange(min=1), help="Hits per query.")
+@click.option("--filter", "filters", multiple=True, help="key=value on document metadata (repeat to narrow).")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table.")
+@model_options
+def search_command(directory, queries, k, filters, as_json, model, adapter, device, dtype):
+    """Search the index in DIRECTORY for each QUERY (the model must be the one that built it)."""
+    from magnetsdk.index import Index
+    from magnetsdk.index.manifest import Manifest
+
+    where = _parse_filters(filters)
+    try:
+        Manifest.load(directory)  # a missing or damaged index fails before the model loads
+    except _library_errors() as error:
+        raise _fail(error) from None
+    magnet = open_magnet(model, adapter, device, dtype)
+    try:
+        with Index.open(directory, magnet) as index:
+            results = index.search(list(queries), k=k, filter=where or None)
+    except _library_errors() as error:
+        raise _fail(error) from None
+    records = [
+        {"query": query, "rank": rank, **hit.to_dict()}
+        for query, hits in zip(queries, results, strict=True)
+        for rank, hit in enumerate(hits, 1)
+    ]
+    if as_json:
+        print_jsonl(records)
+        return
+    headers = (["query"] if len(queries) > 1 else []) + ["rank", "score", "document", "text"]
+    rows = [
+        ([r["query"]] if len(queries) > 1 else [])
+        + [r["rank"], f"{r['score']:.3f}", r["document_id"], _clip(r["text"], 90)]
+        for r in records
+    ]
+    print_table(headers, rows)
+
+
+def _clip(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+COMMANDS = [index_command, search_command]

@@ -1,0 +1,95 @@
+"""``manifest.json``: what an index directory was built with, fixed when the index is created.
+
+One writer (:meth:`Manifest.save`), one reader (:meth:`Manifest.load`) and one upgrade path
+(:func:`_upgrade`). The manifest names the model identity (so vectors from another model are
+never mixed in), the instructions used for documents and queries, the requested index type and
+the chunking. Which FAISS file matches the documents is *not* here: the SQLite store records it in
+the same transaction that commits the documents (see :mod:`magnetsdk.index.index`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from magnetsdk.config import atomic_write_text
+from magnetsdk.index.errors import IndexCorruptedError, IndexMismatchError, IndexNotFoundError
+
+MANIFEST_NAME = "manifest.json"
+FORMAT_VERSION = 1
+
+# Identity fields that must match for vectors to be comparable. The adapter's path is left out on
+# purpose: moving an adapter directory does not change the model, its SHA-256 does.
+IDENTITY_KEYS = ("model", "adapter_sha256", "dimension", "encode_attention", "pooling", "instruction")
+
+
+@dataclass
+class Manifest:
+    identity: dict[str, Any]
+    document_instruction: str
+    query_instruction: str
+    index_type: str
+    chunk_tokens: int
+    chunk_overlap: int
+    vector_settings: dict[str, Any] = field(default_factory=dict)  # VectorSettings fields
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def dimension(self) -> int:
+        return int(self.identity["dimension"])
+
+    def save(self, directory: Path) -> None:
+        atomic_write_text(
+            directory / MANIFEST_NAME, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+        )
+
+    @classmethod
+    def load(cls, directory: Path) -> Manifest:
+        path = directory / MANIFEST_NAME
+        if not path.is_file():
+            what = "does not exist" if not directory.exists() else f"has no {MANIFEST_NAME}"
+            raise IndexNotFoundError(
+                f"no index at {directory}: the directory {what}; build one with "
+                f"`magnet index PATH --out {directory}` or Index.create()"
+            )
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise IndexCorruptedError(
+                f"{path} is not valid JSON ({error}); restore it from a backup or rebuild the index"
+            ) from None
+        data = _upgrade(data, path)
+        known = {f.name for f in fields(cls)}
+        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+        missing = sorted(required - set(data))
+        if missing or not isinstance(data.get("identity"), dict):
+            raise IndexCorruptedError(f"{path} lacks {missing or ['identity']}; rebuild the index")
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def check_identity(self, current: dict[str, Any], directory: Path) -> None:
+        """Raise :class:`IndexMismatchError` listing every field where ``current`` differs."""
+        differences = [
+            f"{key}: index has {self.identity.get(key)!r}, model has {current.get(key)!r}"
+            for key in IDENTITY_KEYS
+            if self.identity.get(key) != current.get(key)
+        ]
+        if differences:
+            raise IndexMismatchError(
+                f"the index at {directory} was built with a different model; its vectors are not "
+                "comparable with this model's. Differences: "
+                + "; ".join(differences)
+                + ". Open it with the model it was built with, or build a new index."
+            )
+
+
+def _upgrade(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Bring an older manifest up to :data:`FORMAT_VERSION` (version 1 is the first)."""
+    version = data.get("format_version", FORMAT_VERSION)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise IndexCorruptedError(
+            f"{path} has format_version {version!r}; this magnetsdk reads up to {FORMAT_VERSION}: upgrade magnetsdk"
+        )
+    data["format_version"] = FORMAT_VERSION
+    return data

@@ -1,0 +1,213 @@
+"""FAISS index types behind one small class: exact inner product, HNSW and IVF-PQ.
+
+Vectors are unit-length float32 rows, so inner product is cosine similarity. Every type keys its
+vectors by our chunk ids (int64), so deletes and lookups never depend on insertion order:
+
+- ``exact``: ``IndexIDMap2(IndexFlatIP)``; results identical to brute-force numpy.
+- ``hnsw``: ``IndexIDMap2(IndexHNSWFlat)``; a graph, fast and approximate, cannot delete in place
+  (:attr:`VectorIndex.supports_remove` is False: the owner rebuilds it from stored vectors).
+- ``ivfpq``: ``IndexIVFPQ``, trained on the vectors it is built from (k-means lists plus product
+  quantisation, ~30x less memory than exact at d=576); approximate.
+- ``auto``: chooses one of the above from the corpus size (:func:`resolve_type`).
+
+With a GPU build of faiss (``faiss-gpu``) searches without a filter run on all visible GPUs
+(exact and IVF-PQ; faiss has no GPU HNSW). This module knows nothing about documents or files
+other than the one FAISS file it is asked to read or write.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+
+class IndexType(str, Enum):
+    EXACT = "exact"
+    HNSW = "hnsw"
+    IVFPQ = "ivfpq"
+    AUTO = "auto"
+
+
+# ``auto`` boundaries, from benchmarks/bench_index.py (see docs/results.md, "Retrieval"): exact
+# search stays within a few milliseconds per query up to ~100k vectors of d=576 on CPU; HNSW keeps
+# recall high and latency low beyond that, until its memory (full vectors plus graph) dominates.
+AUTO_EXACT_BELOW = 100_000
+AUTO_HNSW_BELOW = 2_000_000
+IVFPQ_MIN_VECTORS = 1_000  # k-means lists and 256-centroid codebooks need enough training points
+
+
+@dataclass(frozen=True)
+class VectorSettings:
+    hnsw_neighbors: int = 32  # M: graph degree
+    hnsw_ef_construction: int = 80
+    hnsw_ef_search: int = 128
+    ivf_lists: int | None = None  # None: 4 * sqrt(n), at most n / 39
+    ivf_probe: int = 32
+    pq_subquantizers: int | None = None  # None: the divisor of d closest to d / 8 (8 dims per byte)
+
+    def __post_init__(self) -> None:
+        for name in ("hnsw_neighbors", "hnsw_ef_construction", "hnsw_ef_search", "ivf_probe"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+
+
+def resolve_type(requested: IndexType | str, count: int) -> IndexType:
+    """The concrete type for ``count`` vectors (``auto`` picks by size; others are returned as is)."""
+    kind = parse_type(requested)
+    if kind is not IndexType.AUTO:
+        return kind
+    if count < AUTO_EXACT_BELOW:
+        return IndexType.EXACT
+    return IndexType.HNSW if count < AUTO_HNSW_BELOW else IndexType.IVFPQ
+
+
+def parse_type(value: IndexType | str) -> IndexType:
+    try:
+        return IndexType(value)
+    except ValueError:
+        raise ValueError(f"index type {value!r} is not one of {[t.value for t in IndexType]}") from None
+
+
+def gpu_count() -> int:
+    return faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+
+
+def _subquantizers(dim: int) -> int:
+    divisors = [m for m in range(1, dim + 1) if dim % m == 0]
+    return min(divisors, key=lambda m: (abs(m - dim / 8), -m))
+
+
+class VectorIndex:
+    """A FAISS index of one concrete :class:`IndexType`, keyed by int64 ids."""
+
+    def __init__(self, index: faiss.Index, kind: IndexType, settings: VectorSettings) -> None:
+        self.index = index
+        self.kind = kind
+        self.settings = settings
+        self._gpu_index: faiss.Index | None = None
+
+    # ------------------------------------------------------------------ build / io
+
+    @classmethod
+    def build(
+        cls,
+        kind: IndexType,
+        dim: int,
+        vectors: np.ndarray,
+        ids: np.ndarray,
+        settings: VectorSettings | None = None,
+    ) -> VectorIndex:
+        """A new index of ``kind`` holding ``vectors`` (n, d) under ``ids`` (n,); IVF-PQ trains on them."""
+        settings = settings or VectorSettings()
+        kind = resolve_type(kind, len(vectors))
+        if kind is IndexType.EXACT:
+            index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        elif kind is IndexType.HNSW:
+            graph = faiss.IndexHNSWFlat(dim, settings.hnsw_neighbors, faiss.METRIC_INNER_PRODUCT)
+            graph.hnsw.efConstruction = settings.hnsw_ef_construction
+            index = faiss.IndexIDMap2(graph)
+        else:
+            if len(vectors) < IVFPQ_MIN_VECTORS:
+                raise ValueError(
+                    f"an IVF-PQ index is trained on the vectors it starts with and needs at least "
+                    f"{IVFPQ_MIN_VECTORS}; there are {len(vectors)}. Use index type 'exact' or 'auto' "
+                    "for a corpus this small"
+                )
+            lists = settings.ivf_lists or int(4 * math.sqrt(len(vectors)))
+            lists = max(1, min(lists, len(vectors) // 39))
+            m = settings.pq_subquantizers or _subquantizers(dim)
+            if dim % m:
+                raise ValueError(f"pq_subquantizers={m} must divide the dimension {dim}")
+            index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, lists, m, 8, faiss.METRIC_INNER_PRODUCT)
+            index.train(_rows(vectors, dim))
+        built = cls(index, kind, settings)
+        built.add(ids, vectors)
+        return built
+
+    @classmethod
+    def read(cls, path: Path, kind: IndexType, settings: VectorSettings | None = None) -> VectorIndex:
+        """Load a FAISS file (faiss raises RuntimeError on a damaged file; the caller reports it)."""
+        return cls(faiss.read_index(str(path)), kind, settings or VectorSettings())
+
+    def write(self, path: Path) -> None:
+        faiss.write_index(self.index, str(path))
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def size(self) -> int:
+        return int(self.index.ntotal)
+
+    @property
+    def dimension(self) -> int:
+        return int(self.index.d)
+
+    @property
+    def supports_remove(self) -> bool:
+        return self.kind is not IndexType.HNSW
+
+    def memory_bytes(self) -> int:
+        """Bytes the index occupies once serialised (close to its resident size)."""
+        return int(faiss.serialize_index(self.index).nbytes)
+
+    # ------------------------------------------------------------------ change
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        if len(ids) != len(vectors):
+            raise ValueError(f"{len(ids)} ids for {len(vectors)} vectors")
+        if len(ids):
+            self.index.add_with_ids(_rows(vectors, self.dimension), np.ascontiguousarray(ids, dtype=np.int64))
+            self._gpu_index = None
+
+    def remove(self, ids: np.ndarray) -> int:
+        if not self.supports_remove:
+            raise NotImplementedError(f"a {self.kind.value} index cannot remove vectors; rebuild it")
+        removed = int(self.index.remove_ids(np.ascontiguousarray(ids, dtype=np.int64))) if len(ids) else 0
+        self._gpu_index = None
+        return removed
+
+    # ------------------------------------------------------------------ search
+
+    def search(
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` per query: ``(scores, ids)``, each (q, k); missing results have id -1.
+
+        ``allowed`` restricts results to those ids (a faiss ID selector, run on CPU).
+        """
+        queries = _rows(queries, self.dimension)
+        selector = (
+            faiss.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
+            if allowed is not None
+            else None
+        )
+        if self.kind is IndexType.HNSW:
+            params = faiss.SearchParametersHNSW(efSearch=max(self.settings.hnsw_ef_search, k), sel=selector)
+        elif self.kind is IndexType.IVFPQ:
+            params = faiss.SearchParametersIVF(nprobe=self.settings.ivf_probe, sel=selector)
+        else:
+            params = faiss.SearchParameters(sel=selector) if selector is not None else None
+        if selector is None and self.kind is not IndexType.HNSW and gpu_count() > 0:
+            return self._on_gpu().search(queries, k)  # GPU indexes take nprobe from the clone
+        return self.index.search(queries, k, params=params)
+
+    def _on_gpu(self) -> faiss.Index:
+        if self._gpu_index is None:
+            self._gpu_index = faiss.index_cpu_to_all_gpus(self.index)
+            if self.kind is IndexType.IVFPQ:
+                faiss.GpuParameterSpace().set_index_parameter(
+                    self._gpu_index, "nprobe", self.settings.ivf_probe
+                )
+        return self._gpu_index
+
+
+def _rows(vectors: np.ndarray, dim: int) -> np.ndarray:
+    array = np.ascontiguousarray(vectors, dtype=np.float32)
+    if array.ndim != 2 or array.shape[1] != dim:
+        raise ValueError(f"expected vectors of shape (n, {dim}), got {array.shape}")
+    return array

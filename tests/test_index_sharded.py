@@ -1,0 +1,64 @@
+"""Indexing under ``accelerate launch`` with 2 CPU processes gives the same index as 1 process."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from magnetsdk.testing import tiny_magnet
+
+
+def contents(directory: Path):
+    conn = sqlite3.connect(directory / "store.sqlite")
+    documents = conn.execute(
+        "SELECT doc_id, text, metadata, content_hash FROM documents ORDER BY doc_id"
+    ).fetchall()
+    chunks = conn.execute(
+        "SELECT chunk_id, doc_id, position, start, end, text, vector FROM chunks ORDER BY chunk_id"
+    ).fetchall()
+    conn.close()
+    vectors = np.stack([np.frombuffer(c[6], dtype="<f4") for c in chunks])
+    return documents, [c[:6] for c in chunks], vectors
+
+
+@pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate's launcher is not installed")
+def test_two_processes_build_the_same_index_as_one(tmp_path):
+    model = tmp_path / "model"
+    magnet = tiny_magnet("llama")
+    magnet.model.save_pretrained(model)
+    magnet.tokenizer.save_pretrained(model)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(9):  # uneven: ranks get different numbers of chunks
+        (docs / f"note-{i}.txt").write_text(
+            f"Note {i}: " + "the cat sat on the mat while rain fell. " * (1 + i % 3)
+        )
+    magnet_cli = [sys.executable, "-m", "magnetsdk.cli.main"]
+    common = ["index", str(docs), "--model", str(model), "--chunk-tokens", "16", "--chunk-overlap", "4", "-q"]
+
+    single = subprocess.run(
+        [*magnet_cli, *common, "--out", str(tmp_path / "one")], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert single.returncode == 0, single.stderr[-3000:]
+    launch = [
+        shutil.which("accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "magnetsdk.cli.main",
+    ]  # fmt: skip
+    double = subprocess.run(
+        [*launch, *common, "--out", str(tmp_path / "two")], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert double.returncode == 0, double.stderr[-3000:]
+    assert "2 process(es)" in double.stdout
+
+    one_docs, one_chunks, one_vectors = contents(tmp_path / "one")
+    two_docs, two_chunks, two_vectors = contents(tmp_path / "two")
+    assert len(one_chunks) > 9
+    assert two_docs == one_docs
+    assert two_chunks == one_chunks
+    np.testing.assert_allclose(two_vectors, one_vectors, atol=1e-5)
