@@ -186,7 +186,8 @@ def plot_heatmaps(matrices: dict[str, np.ndarray], path: str | Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     figure, axes = plt.subplots(1, len(matrices), figsize=(4.5 * len(matrices), 4), squeeze=False)
     for axis, (mode, matrix) in zip(axes[0], matrices.items(), strict=True):
-        image = axis.imshow(matrix, cmap="viridis", vmin=0.0, vmax=float(matrix.max()))
+        # The first token soaks up most causal attention; cap the colour scale so the rest shows.
+        image = axis.imshow(matrix, cmap="viridis", vmin=0.0, vmax=float(np.quantile(matrix, 0.99)) or None)
         axis.set_title(f"{mode}: mean attention")
         axis.set_xlabel("key position")
         axis.set_ylabel("query position")

@@ -75,7 +75,7 @@ class SentenceTransformerEncoder:
             "model": self.path,
             "adapter": None,
             "kind": "sentence-transformers",
-            "dimension": int(self.model.get_sentence_embedding_dimension()),
+            "dimension": int(self.model.get_embedding_dimension()),
         }
 
     def settings(self) -> dict[str, Any]:
