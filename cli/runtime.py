@@ -220,6 +220,36 @@ def info(model, adapter, device, dtype, fmt):
 
 
 @click.command()
+@click.argument("texts", nargs=-1)
+@_INPUT
+@model_options
+@click.option(
+    "-k", "top_k", default=10, show_default=True, type=click.IntRange(min=1), help="Tokens per text."
+)
+@_FORMAT
+def explain(texts, input_file, model, adapter, device, dtype, top_k, fmt):
+    """Show the tokens the LM head reads from each text's embedding (semantic alignment)."""
+    items = gather_texts(texts, input_file)
+    magnet = open_magnet(model, adapter, device, dtype)
+    results = magnet.key_tokens(items, k=top_k)
+    if fmt == "table":
+        print_table(
+            ["text", "key tokens"],
+            [
+                [t[:50], ", ".join(f"{tok.strip() or repr(tok)} {p:.2f}" for tok, p in r)]
+                for t, r in zip(items, results, strict=True)
+            ],
+        )
+        return
+    print_jsonl(
+        [
+            {"text": t, "tokens": [{"token": tok, "p": round(p, 5)} for tok, p in r]}
+            for t, r in zip(items, results, strict=True)
+        ]
+    )
+
+
+@click.command()
 @model_options
 def demo(model, adapter, device, dtype):
     """Encode and compare sentences, infill a gap and generate a continuation."""
@@ -228,4 +258,4 @@ def demo(model, adapter, device, dtype):
     run_demo(open_magnet(model, adapter, device, dtype), echo=click.echo)
 
 
-COMMANDS = [encode, infill, generate, info, demo]
+COMMANDS = [encode, infill, generate, info, explain, demo]

@@ -16,9 +16,11 @@ from typing import Any, overload
 import numpy as np
 import torch
 
+from magnetsdk.alignment import PrincipalShift, ShiftMode, key_tokens
 from magnetsdk.attention import AttentionMode
 from magnetsdk.config import MagnetConfig, Pooling, choice
 from magnetsdk.encoding import embed, prepare, special_prefix
+from magnetsdk.forward import lm_head
 from magnetsdk.generation import GenerationSettings, generate_texts
 from magnetsdk.infilling import DEFAULT_GAP_MARKER, InfillResult, decode_spans, split_gaps
 from magnetsdk.layout import LayoutTokens, resolve_layout_tokens
@@ -45,6 +47,8 @@ class ModelIdentity:
     instruction: str
     encode_attention: str
     pooling: str
+    # The applied principal-component shift ("shift:<lambda>:<hash>" or "remove:<hash>"), if any.
+    principal_shift: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -86,6 +90,8 @@ class Magnet:
         )
         if self._pad_id is None:
             raise ValueError("the tokenizer has neither a pad nor an EOS token; set tokenizer.pad_token")
+        # A fitted first principal component applied to every embedding (semantic alignment), if any.
+        self.principal_shift: PrincipalShift | None = None
 
     # ------------------------------------------------------------------ loading
 
@@ -128,7 +134,7 @@ class Magnet:
         sha = None
         if resolved.adapter is not None and (resolved.adapter / ADAPTER_WEIGHTS).is_file():
             sha = file_sha256(resolved.adapter / ADAPTER_WEIGHTS)
-        return cls(
+        magnet = cls(
             model,
             tokenizer,
             config,
@@ -136,6 +142,11 @@ class Magnet:
             adapter=str(resolved.adapter) if resolved.adapter else None,
             adapter_sha256=sha,
         )
+        for directory in (resolved.adapter, Path(resolved.base)):
+            if directory is not None and directory.is_dir() and (shift := PrincipalShift.load(directory)):
+                magnet.principal_shift = shift
+                break
+        return magnet
 
     # ------------------------------------------------------------------ facts
 
@@ -157,6 +168,7 @@ class Magnet:
             instruction=self.config.instruction,
             encode_attention=self.config.encode_attention.value,
             pooling=self.config.pooling.value,
+            principal_shift=self.principal_shift.describe() if self.principal_shift else None,
         )
 
     def info(self) -> dict[str, Any]:
@@ -192,6 +204,7 @@ class Magnet:
         attention: AttentionMode | str | None = None,
         show_progress: bool | None = None,
         echo: bool | None = None,
+        principal_shift: bool = True,
     ) -> np.ndarray:
         """Embed texts; returns float32 ``(n, d)`` (``(d,)`` for a single string).
 
@@ -199,6 +212,8 @@ class Magnet:
         ``attention`` default to the model's config: bidirectional last-token (EOS) pooling for an
         adapted model, causal mean pooling for an unadapted one. ``echo=True`` gives each text twice
         and pools over the second copy (Echo embeddings, for models that were never adapted).
+        A fitted principal component (:meth:`fit_principal_component`) is applied before
+        normalisation unless ``principal_shift=False``.
         """
         single = isinstance(texts, str)
         batch = [texts] if single else list(texts)
@@ -218,8 +233,52 @@ class Magnet:
             inputs = prepare(
                 self.tokenizer, batch, instruction, max_length or self.config.max_length, echo=echo
             )
-            vectors = embed(self.model, inputs, mode, pool, self._pad_id, batch_size, normalize, progress)
+            shift = self.principal_shift if principal_shift else None
+            vectors = embed(
+                self.model, inputs, mode, pool, self._pad_id, batch_size, normalize and not shift, progress
+            )
+        if shift is not None:
+            vectors = shift.apply(vectors)
+            if normalize:
+                vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return vectors[0] if single else vectors
+
+    # ------------------------------------------------------------------ semantic alignment
+
+    def key_tokens(self, texts: str | list[str], k: int = 10, **encode_options: Any) -> list:
+        """The ``k`` tokens the LM head reads from each text's embedding, with probabilities.
+
+        The un-normalised embedding (as :meth:`encode` computes it, same options) is projected
+        through the LM head; special tokens are skipped. Returns a list of ``(token, probability)``
+        per text (one list for a single string).
+        """
+        single = isinstance(texts, str)
+        vectors = self.encode(
+            [texts] if single else texts, normalize=False, principal_shift=False, **encode_options
+        )
+        skip = set(self.tokenizer.all_special_ids) | {
+            self.layout.mask_id,
+            self.layout.gap_id,
+            self.layout.span_id,
+            self.layout.end_id,
+        }
+        with self._lock, torch.inference_mode():
+            hidden = torch.from_numpy(vectors).to(self.device, self.model.dtype)
+            tokens = key_tokens(lm_head(self.model), hidden, self.tokenizer, k, skip)
+        return tokens[0] if single else tokens
+
+    def fit_principal_component(
+        self,
+        texts: list[str],
+        mode: ShiftMode | str = ShiftMode.SHIFT,
+        weight: float = 1.0,
+        **encode_options: Any,
+    ) -> PrincipalShift:
+        """Fit the first principal component of this model's embeddings of ``texts`` and apply it
+        from now on (``e + weight * v1``, or its removal with ``mode="remove"``). It is saved with the model."""
+        vectors = self.encode(texts, normalize=False, principal_shift=False, **encode_options)
+        self.principal_shift = PrincipalShift.fit(vectors, mode, weight)
+        return self.principal_shift
 
     # ------------------------------------------------------------------ infill
 

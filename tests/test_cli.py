@@ -93,3 +93,10 @@ def test_demo_runs_every_surface(model_dir):
     assert result.exit_code == 0, result.output
     for part in ("[encode]", "[infill]", "[generate]", "sim([0], [1])"):
         assert part in result.output
+
+
+def test_explain_lists_key_tokens(model_dir):
+    result = run("explain", "--model", model_dir, "-k", "3", "the cat sat")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["text"] == "the cat sat" and len(record["tokens"]) == 3
