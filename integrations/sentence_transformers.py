@@ -66,7 +66,7 @@ __all__ = [
 # What modules.json says: frozen, every saved model directory names this class by this path.
 MODULE_TYPE = "magnetsdk.integrations.sentence_transformers.MagnetModule"
 
-# model_kwargs keys that MagnetModule.load understands, and what they become.
+# The model_kwargs that MagnetModule.load passes on to Magnet.from_pretrained.
 _MODEL_KWARGS = ("dtype", "torch_dtype", "attn_implementation")
 
 
@@ -76,6 +76,8 @@ class MagnetModule(InputModule):
     Wraps a :class:`magnetsdk.Magnet` without copying it: the decoder is registered as this
     module's submodule, so moving or casting the sentence-transformers model moves the Magnet's
     model too. Outputs ``token_embeddings`` (b, n, d) and ``sentence_embedding`` (b, d, float32).
+    Unlike ``Magnet.encode`` it does not take the Magnet's lock: do not run it in one thread while
+    another thread calls the same Magnet.
     """
 
     config_file_name = CONFIG_NAME  # the module's settings are the model's magnet_config.json
@@ -134,6 +136,7 @@ class MagnetModule(InputModule):
                     "(one string per input, no pairs, images or messages)"
                 )
         prepared = prepare(self.tokenizer, texts, self.instruction_for(prompt), self.max_seq_length)
+        # The pad id Magnet.encode pads with (padding is masked out; the id only has to be valid).
         ids, valid = pad_batch([p.ids for p in prepared], self.magnet._pad_id, torch.device("cpu"))
         return {
             "input_ids": ids,  # (b, n)
