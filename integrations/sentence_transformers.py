@@ -76,8 +76,7 @@ class MagnetModule(InputModule):
     Wraps a :class:`magnetsdk.Magnet` without copying it: the decoder is registered as this
     module's submodule, so moving or casting the sentence-transformers model moves the Magnet's
     model too. Outputs ``token_embeddings`` (b, n, d) and ``sentence_embedding`` (b, d, float32).
-    Unlike ``Magnet.encode`` it does not take the Magnet's lock: do not run it in one thread while
-    another thread calls the same Magnet.
+    Its forward takes the Magnet's lock, so it may run while other threads use the same Magnet.
     """
 
     config_file_name = CONFIG_NAME  # the module's settings are the model's magnet_config.json
@@ -135,9 +134,15 @@ class MagnetModule(InputModule):
                     f"inputs[{i}] is {type(text).__name__}; a magnetsdk model encodes text only "
                     "(one string per input, no pairs, images or messages)"
                 )
-        prepared = prepare(self.tokenizer, texts, self.instruction_for(prompt), self.max_seq_length)
+        prepared = prepare(
+            self.tokenizer,
+            texts,
+            self.instruction_for(prompt),
+            self.max_seq_length,
+            echo=self.magnet.config.echo,
+        )
         # The pad id Magnet.encode pads with (padding is masked out; the id only has to be valid).
-        ids, valid = pad_batch([p.ids for p in prepared], self.magnet._pad_id, torch.device("cpu"))
+        ids, valid = pad_batch([p.ids for p in prepared], self.magnet.pad_id, torch.device("cpu"))
         return {
             "input_ids": ids,  # (b, n)
             "attention_mask": valid.long(),  # (b, n)
@@ -148,7 +153,8 @@ class MagnetModule(InputModule):
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         ids, valid = features["input_ids"], features["attention_mask"].bool()
         mode = AttentionMode(self.magnet.config.encode_attention)
-        hidden = run_decoder(self.model, ids, valid, mode).hidden  # (b, n, d)
+        with self.magnet.lock:
+            hidden = run_decoder(self.model, ids, valid, mode).hidden  # (b, n, d)
         lengths = valid.sum(dim=1).tolist()
         batch = [
             EncodeInput(ids[row, :length].tolist(), int(start), int(end))
@@ -157,7 +163,10 @@ class MagnetModule(InputModule):
             )
         ]
         features["token_embeddings"] = hidden
-        features["sentence_embedding"] = pool(hidden, batch, self.magnet.config.pooling).float()  # (b, d)
+        embedding = pool(hidden, batch, self.magnet.config.pooling).float()  # (b, d)
+        if self.magnet.principal_shift is not None:
+            embedding = self.magnet.principal_shift.apply(embedding)
+        features["sentence_embedding"] = embedding
         return features
 
     # ------------------------------------------------------------------ disk
@@ -172,6 +181,8 @@ class MagnetModule(InputModule):
         self.model.save_pretrained(output_path, safe_serialization=True)
         self.tokenizer.save_pretrained(output_path)
         self.magnet.config.save(output_path)
+        if self.magnet.principal_shift is not None:
+            self.magnet.principal_shift.save(output_path)
 
     @classmethod
     def load(

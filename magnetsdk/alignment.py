@@ -73,12 +73,16 @@ class PrincipalShift:
         digest = hashlib.sha256(self.component.tobytes()).hexdigest()[:12]
         return f"shift:{self.weight:g}:{digest}" if self.mode is ShiftMode.SHIFT else f"remove:{digest}"
 
-    def apply(self, vectors: np.ndarray) -> np.ndarray:
-        """Shift or remove the component in un-normalised embeddings (n, d)."""
-        v1 = self.component
+    def apply(self, vectors):
+        """Shift or remove the component in un-normalised embeddings (n, d): numpy or torch."""
+        if isinstance(vectors, torch.Tensor):
+            v1 = torch.as_tensor(self.component, device=vectors.device, dtype=vectors.dtype)
+        else:
+            vectors = np.asarray(vectors, dtype=np.float32)
+            v1 = self.component
         if self.mode is ShiftMode.SHIFT:
-            return (vectors + self.weight * v1).astype(np.float32)
-        return (vectors - np.outer(vectors @ v1, v1)).astype(np.float32)
+            return vectors + self.weight * v1
+        return vectors - (vectors @ v1)[:, None] * v1
 
     def save(self, directory: str | os.PathLike) -> Path:
         from safetensors.numpy import save_file

@@ -155,6 +155,16 @@ class Magnet:
         return next(self.model.parameters()).device
 
     @property
+    def pad_id(self) -> int:
+        """The id batches are padded with (padding is masked out; it only has to be a valid id)."""
+        return self._pad_id
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock every call holds; hold it to run ``self.model`` directly beside other threads."""
+        return self._lock
+
+    @property
     def dimension(self) -> int:
         return int(self.model.config.hidden_size)
 

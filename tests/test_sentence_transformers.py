@@ -228,3 +228,20 @@ def test_adapter_directory_loads_with_its_base(llama_magnet, tmp_path):
     )
     with pytest.raises(FileNotFoundError, match="magnet_config.json"):
         write_sentence_transformers_files(tmp_path)
+
+
+def test_echo_and_principal_shift_travel_to_sentence_transformers(tmp_path):
+    from magnetsdk.testing import tiny_magnet
+
+    magnet = tiny_magnet("llama", adapted=False)
+    magnet.config.echo = True
+    magnet.fit_principal_component(["a cat", "a dog", "the rain", "a long river"], mode="shift", weight=0.5)
+    texts = ["the cat sat", "a river"]
+    expected = magnet.encode(texts)
+    np.testing.assert_allclose(magnet.to_sentence_transformer().encode(texts), expected, atol=1e-5)
+    magnet.save(tmp_path / "saved")
+    loaded = SentenceTransformer(str(tmp_path / "saved"), trust_remote_code=True)
+    np.testing.assert_allclose(loaded.encode(texts), expected, atol=1e-5)
+    again = Magnet.from_pretrained(tmp_path / "saved")
+    assert again.config.echo and again.principal_shift.describe() == magnet.principal_shift.describe()
+    np.testing.assert_allclose(again.encode(texts), expected, atol=1e-5)
