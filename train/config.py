@@ -108,6 +108,9 @@ class TrainConfig:
     mixed_precision: MixedPrecision = MixedPrecision.AUTO
     seed: int = 0
     device: str = "auto"  # auto, cpu or cuda (one process); accelerate launch sets it per process
+    # torch intra-op threads per process (None: torch's default). On a CPU shared with other jobs
+    # use 1: oversubscribed threads made a SmolLM2 step 10x slower in benchmarks/bench_train.py.
+    threads: int | None = None
 
     # --- bookkeeping
     save_every: int = 100
@@ -162,6 +165,16 @@ class TrainConfig:
                 raise ValueError(f"{name}={value} must be between 0 and 1")
         if not 0.0 < self.span_fraction < 1.0:
             raise ValueError(f"span_fraction={self.span_fraction} must be strictly between 0 and 1")
+        if self.lm_attention is LMAttention.BIDIRECTIONAL and self.msg_weight:
+            raise ValueError(
+                "lm_attention='bidirectional' lets spans see the tokens they must predict; use 'hybrid' "
+                "for MSG, or set msg_weight=0"
+            )
+        if self.lm_attention is LMAttention.CAUSAL and self.mntp_weight:
+            raise ValueError(
+                "MNTP needs a bidirectional context (lm_attention 'hybrid' or 'bidirectional'); "
+                "under 'causal' set mntp_weight=0 (the meap recipe)"
+            )
         if self.mntp_first_fraction and not self.mntp_weight:
             raise ValueError(
                 "mntp_first_fraction > 0 needs mntp_weight > 0 (the first stage trains MNTP alone)"
@@ -182,6 +195,8 @@ class TrainConfig:
         for name in positive_ints:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads={self.threads} must be at least 1 (or unset for torch's default)")
         if self.max_length < 16:
             raise ValueError(f"max_length={self.max_length} is too small; use at least 16 tokens")
         if self.sscl_max_length < 8:

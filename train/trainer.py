@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 from magnetsdk.train.adaptation import make_trainable, trainable_parameters
+from magnetsdk.train.batches import Batches
 from magnetsdk.train.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
@@ -36,16 +37,11 @@ from magnetsdk.train.checkpoint import (
     rng_state,
     save_checkpoint,
 )
-from magnetsdk.train.collate import LMSettings, build_lm_example, collate_lm, collate_views
-from magnetsdk.train.config import MixedPrecision, PositiveSource, Schedule, TrainConfig
-from magnetsdk.train.data import DataError, Order, read_pairs, read_texts, tokenize_texts
+from magnetsdk.train.config import MixedPrecision, Schedule, TrainConfig
 from magnetsdk.train.export import export_model
-from magnetsdk.train.masking import example_rng
 from magnetsdk.train.metrics import PLOT_NAME, MetricsLog, plot_losses
 from magnetsdk.train.objectives import MagnetObjectives, global_sum
-from magnetsdk.train.views import DropoutViews, PairViews, ParaphraseViews, PositiveViews, cached_paraphrases
 
-from magnetsdk.encoding import eos_id, special_prefix
 from magnetsdk.layout import resolve_layout_tokens
 
 CONFIG_RECORD = "train_config.json"
@@ -119,6 +115,8 @@ class _Run:
         from accelerate import Accelerator
 
         self.config = config
+        if config.threads:
+            torch.set_num_threads(config.threads)
         use_cpu = config.device == "cpu" or not torch.cuda.is_available()
         mixed = config.mixed_precision
         if mixed is MixedPrecision.AUTO:
@@ -149,13 +147,9 @@ class _Run:
             model.resize_token_embeddings(len(tokenizer))
         self.tokens_added = bool(added)
         new_ids = [tokenizer.convert_tokens_to_ids(t) for t in added]
-        self.vocab_size = min(len(tokenizer), model.get_input_embeddings().weight.shape[0])
-        self.prefix = special_prefix(tokenizer)
-        self.eos = eos_id(tokenizer)
-        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos
 
         # ---- data
-        self._load_data(model)
+        self.batches = Batches(config, tokenizer, self.layout, model, self.accelerator)
 
         # ---- what trains
         self.trained = make_trainable(model.to(device), config, new_ids)
@@ -197,148 +191,6 @@ class _Run:
             self.accelerator.print(f"--resume: no checkpoint in {self.run_dir}, starting from step 0")
         if self.start_step == 0:
             seed_everything(config.seed + self.rank)  # dropout differs per process, as in any DDP run
-
-    # ------------------------------------------------------------------ data
-
-    def _load_data(self, model) -> None:
-        config = self.config
-        texts = read_texts(config.data, config.text_field)
-        pairs = read_pairs(config.pairs)
-        if config.pairs and not pairs:
-            raise DataError(f"the pair files {config.pairs} hold no pairs")
-        if not texts and pairs:
-            texts = list(dict.fromkeys(t for p in pairs for t in (p.anchor, p.positive)))
-        if not texts:
-            raise DataError(
-                f"no training text in {config.data}: the files are empty or hold only blank lines; "
-                "add text (one per line in .txt, a 'text' field in .jsonl/.csv)"
-            )
-        global_batch = config.batch_size * self.world
-        # Room for the prefix, and a GAP, SPAN and END per span (or the EOS of a next-token example).
-        budget = config.max_length - len(self.prefix) - 3 * config.max_spans
-        if budget < 8:
-            raise ValueError(
-                f"max_length={config.max_length} leaves only {budget} text tokens per example; raise it"
-            )
-        if config.uses_lm:
-            tokenized = tokenize_texts(self.tokenizer, texts, budget)
-            if not tokenized.ids:
-                raise DataError(
-                    f"all {len(texts)} texts are shorter than 4 tokens; training needs longer texts"
-                )
-            if len(tokenized.ids) < global_batch:
-                raise DataError(
-                    f"only {len(tokenized.ids)} training examples, fewer than one global batch of "
-                    f"{global_batch} ({config.batch_size} per process x {self.world}); add data or "
-                    "lower --batch-size"
-                )
-            if tokenized.split:
-                self.accelerator.print(
-                    f"{tokenized.split} texts were longer than {budget} tokens and were split into pieces"
-                )
-            if tokenized.dropped:
-                self.accelerator.print(
-                    f"{tokenized.dropped} texts (or tails) shorter than 4 tokens were skipped"
-                )
-            self.lm_ids = tokenized.ids
-            self.lm_order = Order(len(self.lm_ids), config.seed)
-        self.views: PositiveViews | None = None
-        if config.uses_sscl:
-            self.views = self._positive_views(texts, pairs, model)
-            if self.views.size < max(global_batch, 2):
-                raise DataError(
-                    f"only {self.views.size} contrastive examples, fewer than one global batch of "
-                    f"{max(global_batch, 2)}; add data or lower --batch-size"
-                )
-            self.view_order = Order(self.views.size, config.seed + 1)
-        self.settings = LMSettings(
-            mntp=bool(config.mntp_weight),
-            msg=bool(config.msg_weight),
-            mntp_probability=config.mntp_probability,
-            span_fraction=config.span_fraction,
-            max_spans=config.max_spans,
-            no_context_fraction=config.no_context_fraction,
-            input_mask_probability=config.input_mask_probability,
-        )
-
-    def _positive_views(self, texts: list[str], pairs, model) -> PositiveViews:
-        config = self.config
-        if config.positives is PositiveSource.PAIRS:
-            return PairViews(pairs)
-        unique = list(dict.fromkeys(texts))
-        if config.positives is PositiveSource.DROPOUT:
-            return DropoutViews(unique)
-        cache = Path(config.paraphrase_cache or self.run_dir / "paraphrases.jsonl")
-        if self.main:
-            cached_paraphrases(unique, cache, self._paraphraser(model), progress=config.progress)
-        self.accelerator.wait_for_everyone()
-        from magnetsdk.train.views import load_paraphrase_cache
-
-        return ParaphraseViews(unique, load_paraphrase_cache(cache))
-
-    def _paraphraser(self, model):
-        from magnetsdk.config import MagnetConfig
-        from magnetsdk.magnet import Magnet
-
-        config = self.config
-        if config.paraphrase_model:
-            writer = Magnet.from_pretrained(config.paraphrase_model, device=self.accelerator.device)
-        else:
-            writer = Magnet(model, self.tokenizer, MagnetConfig.for_base_model(config.base_model))
-        chat = bool(getattr(writer.tokenizer, "chat_template", None))
-        return lambda prompts: writer.generate(
-            prompts,
-            max_new_tokens=config.sscl_max_length,
-            temperature=0.7,
-            top_p=0.9,
-            seed=config.seed,
-            chat=chat,
-            batch_size=16,
-        )
-
-    # ------------------------------------------------------------------ batches
-
-    def positions(self, step: int, micro: int) -> range:
-        config = self.config
-        global_batch = config.batch_size * self.world
-        start = (step * config.gradient_accumulation + micro) * global_batch + self.rank * config.batch_size
-        return range(start, start + config.batch_size)
-
-    def batch(self, step: int, micro: int, weights: tuple[float, float, float]):
-        positions = self.positions(step, micro)
-        device = self.accelerator.device
-        lm = views = None
-        items: dict[str, list[int]] = {}
-        if weights[0] or weights[2]:
-            items["lm"] = self.lm_order.items(positions)
-            examples = [
-                build_lm_example(
-                    self.lm_ids[i],
-                    self.layout,
-                    self.prefix,
-                    self.eos,
-                    self.vocab_size,
-                    self.settings,
-                    example_rng(self.config.seed, p),
-                )
-                for i, p in zip(items["lm"], positions, strict=True)
-            ]
-            lm = collate_lm(examples, self.pad).to(device)
-        if weights[1]:
-            items["sscl"] = self.view_order.items(positions)
-            anchors, positives, negatives = self.views.views(items["sscl"])
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*truncated.*")
-                views = collate_views(
-                    self.tokenizer,
-                    anchors,
-                    positives,
-                    negatives,
-                    self.config.instruction,
-                    self.config.sscl_max_length,
-                    self.pad,
-                ).to(device)
-        return lm, views, items
 
     # ------------------------------------------------------------------ loop
 
@@ -420,7 +272,7 @@ class _Run:
         tokens = 0
         total = 0.0
         for micro in range(config.gradient_accumulation):
-            lm, views, items = self.batch(step, micro, weights)
+            lm, views, items = self.batches.batch(step, micro, weights)
             tokens += (lm.tokens if lm is not None else 0) + (views.tokens if views is not None else 0)
             last = micro == config.gradient_accumulation - 1
             sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.module)

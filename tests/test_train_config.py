@@ -1,0 +1,97 @@
+"""TrainConfig: recipe presets, file loading (TOML, YAML), overrides and validation errors."""
+
+from __future__ import annotations
+
+import pytest
+from magnetsdk.train.config import LMAttention, PositiveSource, TrainConfig
+from magnetsdk.train.recipes import RECIPES
+
+
+def test_recipes_fill_unset_fields_and_explicit_values_win():
+    magnet = TrainConfig(data=["a.txt"])
+    assert (magnet.mntp_weight, magnet.sscl_weight, magnet.msg_weight) == (1.0, 1.0, 1.0)
+    assert magnet.lm_attention is LMAttention.HYBRID
+    meap = TrainConfig(data=["a.txt"], recipe="meap")
+    assert meap.lm_attention is LMAttention.CAUSAL
+    assert meap.input_mask_probability == 0.15 and meap.no_context_fraction == 1.0
+    assert (meap.mntp_weight, meap.sscl_weight) == (0.0, 0.0)
+    custom = TrainConfig(data=["a.txt"], recipe="meap", input_mask_probability=0.3)
+    assert custom.input_mask_probability == 0.3
+
+
+def test_every_recipe_is_a_valid_config():
+    for name in RECIPES:
+        TrainConfig(data=["a.txt"], recipe=name)
+
+
+def test_llm2vec_trains_mntp_then_simcse():
+    config = TrainConfig(data=["a.txt"], recipe="llm2vec", max_steps=10)
+    assert config.positives is PositiveSource.DROPOUT
+    assert config.lm_attention is LMAttention.BIDIRECTIONAL
+    assert config.weights_at(0) == (1.0, 0.0, 0.0)
+    assert config.weights_at(4) == (1.0, 0.0, 0.0)
+    assert config.weights_at(5) == (0.0, 1.0, 0.0)
+
+
+def test_positive_source_auto_follows_the_data():
+    assert TrainConfig(data=["a.txt"]).positives is PositiveSource.DROPOUT
+    assert TrainConfig(data=["a.txt"], pairs=["p.jsonl"]).positives is PositiveSource.PAIRS
+    # Dropout positives need dropout noise; given pairs do not.
+    assert TrainConfig(data=["a.txt"]).attention_dropout == 0.1
+    assert TrainConfig(data=["a.txt"], pairs=["p.jsonl"]).attention_dropout == 0.0
+
+
+def test_toml_file_then_overrides(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('recipe = "msg-only"\ndata = ["x.txt"]\nmax_steps = 7\nlearning_rate = 1e-3\n')
+    config = TrainConfig.load(path, {"max_steps": 9, "seed": None})
+    assert config.recipe == "msg-only" and config.data == ["x.txt"]
+    assert config.max_steps == 9  # the flag wins
+    assert config.learning_rate == 1e-3
+    assert config.seed == 0  # None overrides are "not given"
+
+
+def test_yaml_file(tmp_path):
+    pytest.importorskip("yaml")
+    path = tmp_path / "run.yaml"
+    path.write_text("data: [x.txt]\nbatch_size: 3\n")
+    assert TrainConfig.load(path).batch_size == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"recipe": "bert"}, "recipe='bert' is not one of"),
+        ({"mntp_probability": 1.5}, "mntp_probability=1.5 must be between 0 and 1"),
+        ({"lm_attention": "sideways"}, "lm_attention='sideways' is not one of"),
+        ({"mntp_weight": 0, "sscl_weight": 0, "msg_weight": 0}, "all objective weights are 0"),
+        ({"batch_size": 0}, "batch_size=0 must be at least 1"),
+        ({"batch_size": 1}, "in-batch negatives"),
+        ({"max_length": 4}, "max_length=4 is too small"),
+        ({"positives": "pairs"}, "needs pair files"),
+        ({"lm_attention": "bidirectional"}, "bidirectional. lets spans see"),
+        ({"lm_attention": "causal", "recipe": "mntp-only"}, "MNTP needs a bidirectional"),
+    ],
+)
+def test_bad_settings_name_the_field(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(data=["a.txt"], **kwargs)
+
+
+def test_no_data_and_unknown_keys(tmp_path):
+    with pytest.raises(ValueError, match="no training data"):
+        TrainConfig()
+    path = tmp_path / "run.toml"
+    path.write_text('data = ["x.txt"]\nlearning_rat = 1.0\n')
+    with pytest.raises(ValueError, match=r"unknown keys \['learning_rat'\]"):
+        TrainConfig.load(path)
+    with pytest.raises(ValueError, match="must end in .toml"):
+        bad = tmp_path / "run.ini"
+        bad.write_text("x")
+        TrainConfig.load(bad)
+
+
+def test_to_dict_round_trips():
+    config = TrainConfig(data=["a.txt"], recipe="llm2vec", max_steps=3)
+    again = TrainConfig.from_dict(config.to_dict())
+    assert again == config

@@ -1,0 +1,194 @@
+"""End-to-end training on a tiny model: losses fall, the export loads, recipes run, bad input fails clearly."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from magnetsdk.cli.main import cli
+from magnetsdk.train.checkpoint import list_checkpoints
+from magnetsdk.train.config import TrainConfig
+from magnetsdk.train.data import DataError
+from magnetsdk.train.metrics import read_metrics
+from magnetsdk.train.trainer import NonFiniteLossError, train
+
+from magnetsdk import Magnet
+from magnetsdk.attention import AttentionMode
+from magnetsdk.config import Pooling
+from magnetsdk.testing import _CORPUS, tiny_model, tiny_tokenizer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # Tiny matrices on a shared 2-core machine run ~10x faster on one thread.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tiny-base")
+    tiny_model().save_pretrained(directory)
+    tiny_tokenizer().save_pretrained(directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "text.txt"
+    path.write_text("\n".join(sorted(set(_CORPUS))) + "\n")
+    return str(path)
+
+
+def config(tmp_path, base_dir, data_file, **overrides):
+    settings = dict(
+        base_model=base_dir,
+        data=[data_file],
+        output_dir=str(tmp_path / "run"),
+        max_steps=4,
+        batch_size=4,
+        max_length=32,
+        sscl_max_length=48,
+        warmup_steps=1,
+        save_every=2,
+        learning_rate=5e-3,
+        progress=False,
+    )
+    return TrainConfig(**{**settings, **overrides})
+
+
+def test_training_lowers_the_losses_and_exports_a_model_that_loads(tmp_path, base_dir, data_file):
+    result = train(config(tmp_path, base_dir, data_file, max_steps=30, save_every=10, lora_r=8))
+    records = read_metrics(result.metrics_path)
+    assert [r["step"] for r in records] == list(range(1, 31))
+    for key in ("mntp", "msg", "sscl"):
+        first = np.mean([r[key] for r in records[:5]])
+        last = np.mean([r[key] for r in records[-5:]])
+        assert last < first, f"{key} did not fall: {first:.3f} -> {last:.3f}"
+    out = result.output_dir
+    for name in ("adapter_model.safetensors", "adapter_config.json", "magnet_config.json", "loss_curve.png"):
+        assert (out / name).is_file(), name
+    assert (out / "tokenizer_config.json").is_file()  # the tiny tokenizer needed new layout tokens
+
+    magnet = Magnet.from_pretrained(str(out), device="cpu")
+    base = Magnet.from_pretrained(base_dir, device="cpu")
+    assert magnet.config.encode_attention is AttentionMode.BIDIRECTIONAL
+    assert magnet.config.pooling is Pooling.LAST
+    assert magnet.config.training["recipe"] == "magnet"
+    assert magnet.config.training["steps"] == 30
+    assert magnet.layout == base.layout
+    # The adapter changed the weights, including the rows of the added layout tokens.
+    mask_row = magnet.layout.mask_id
+    trained_rows = magnet.model.get_input_embeddings().weight[mask_row]
+    base_rows = base.model.get_input_embeddings().weight[mask_row]
+    assert not torch.allclose(trained_rows, base_rows)
+    vectors = magnet.encode(["the cat sat on the mat", "a dog runs in the park"])
+    assert vectors.shape == (2, 64) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert not np.allclose(vectors, base.encode(["the cat sat on the mat", "a dog runs in the park"]))
+    # Bidirectional: the pooled (last) token is unchanged by padding, and an earlier token sees later ones.
+    ids = magnet.tokenizer("the cat sat on the mat", add_special_tokens=False)["input_ids"]
+    from magnetsdk.forward import run_decoder
+
+    with torch.no_grad():
+        x = torch.tensor([ids])
+        y = torch.tensor([ids[:-1] + [ids[0]]])
+        valid = torch.ones_like(x, dtype=torch.bool)
+        first_x = run_decoder(magnet.model, x, valid, "bidirectional").hidden[0, 0]
+        first_y = run_decoder(magnet.model, y, valid, "bidirectional").hidden[0, 0]
+    assert not torch.allclose(first_x, first_y)
+
+
+@pytest.mark.parametrize("recipe", ["llm2vec", "meap", "msg-only"])
+def test_other_recipes_run_and_record_how_to_encode(tmp_path, base_dir, data_file, recipe):
+    result = train(config(tmp_path, base_dir, data_file, recipe=recipe))
+    saved = json.loads((result.output_dir / "magnet_config.json").read_text())
+    assert saved["training"]["recipe"] == recipe
+    expected = {
+        "llm2vec": ("bidirectional", "last"),
+        "meap": ("causal", "mean"),
+        "msg-only": ("bidirectional", "mean"),
+    }
+    assert (saved["encode_attention"], saved["pooling"]) == expected[recipe]
+    records = read_metrics(result.metrics_path)
+    if recipe == "llm2vec":  # MNTP alone, then SimCSE alone
+        assert records[0]["mntp"] is not None and records[0]["sscl"] is None
+        assert records[-1]["mntp"] is None and records[-1]["sscl"] is not None
+    if recipe == "meap":
+        assert all(r["mntp"] is None and r["sscl"] is None and r["msg"] is not None for r in records)
+
+
+def test_paraphrase_views_are_generated_once_and_cached(tmp_path, base_dir, data_file):
+    settings = dict(positives="paraphrase", max_steps=1, paraphrase_cache=str(tmp_path / "para.jsonl"))
+    train(config(tmp_path, base_dir, data_file, **settings))
+    cache = tmp_path / "para.jsonl"
+    rows = [json.loads(line) for line in cache.read_text().splitlines()]
+    assert {r["text"] for r in rows} == set(_CORPUS)
+    stamp = cache.stat().st_mtime_ns
+    train(config(tmp_path, base_dir, data_file, output_dir=str(tmp_path / "again"), **settings))
+    assert cache.stat().st_mtime_ns == stamp  # nothing generated the second time
+
+
+def test_cli_reads_a_toml_config_and_flags_override_it(tmp_path, base_dir, data_file):
+    path = tmp_path / "run.toml"
+    path.write_text(
+        f'base_model = "{base_dir}"\ndata = ["{data_file}"]\noutput_dir = "{tmp_path / "cli"}"\n'
+        "max_steps = 50\nbatch_size = 4\nmax_length = 32\nprogress = false\n"
+    )
+    result = CliRunner().invoke(
+        cli, ["train", "--config", str(path), "--max-steps", "2", "--recipe", "msg-only"]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert summary["steps"] == 2 and summary["losses"]["msg"] > 0
+    assert json.loads((tmp_path / "cli" / "train_config.json").read_text())["recipe"] == "msg-only"
+    bad = CliRunner().invoke(cli, ["train", "--config", str(path), "--recipe", "nope"])
+    assert bad.exit_code != 0 and "recipe='nope' is not one of" in bad.output
+
+
+def test_empty_and_tiny_data_are_rejected(tmp_path, base_dir):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n   \n")
+    with pytest.raises(DataError, match="no training text"):
+        train(config(tmp_path, base_dir, str(empty)))
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("The cat sat on the mat and looked at the door.\nA dog runs in the park.\n")
+    with pytest.raises(DataError, match="fewer than one global batch of 4"):
+        train(config(tmp_path, base_dir, str(tiny)))
+
+
+def test_base_model_without_eos_is_rejected(tmp_path, data_file):
+    tokenizer = tiny_tokenizer()
+    tokenizer.eos_token = None
+    with pytest.raises(ValueError, match="no EOS token"):
+        train(config(tmp_path, "tiny", data_file), model=tiny_model(), tokenizer=tokenizer)
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_file):
+    model = tiny_model()
+    calls = {"n": 0}
+
+    def poison(module, inputs, output):
+        calls["n"] += 1
+        # Two decoder passes per step (LM + contrastive): from step 4 on, the hidden states are NaN.
+        return output * float("nan") if calls["n"] > 6 else output
+
+    model.get_decoder().norm.register_forward_hook(poison)  # the final norm (peft leaves it alone)
+    settings = config(tmp_path, "tiny", data_file, max_steps=8, save_every=2)
+    with pytest.raises(NonFiniteLossError, match=r"step 4 .*example indices .*step-00000002") as error:
+        train(settings, model=model, tokenizer=tiny_tokenizer())
+    assert "the last good checkpoint is" in str(error.value)
+    assert [c.step for c in list_checkpoints(tmp_path / "run")] == [2]
+    assert not (tmp_path / "run" / "magnet_config.json").exists()  # nothing exported
+
+
+def test_existing_run_needs_resume(tmp_path, base_dir, data_file):
+    train(config(tmp_path, base_dir, data_file, max_steps=2))
+    with pytest.raises(FileExistsError, match="pass --resume"):
+        train(config(tmp_path, base_dir, data_file, max_steps=2))
+    with pytest.raises(ValueError, match=r"\['seed'\] differ"):
+        train(config(tmp_path, base_dir, data_file, max_steps=3, seed=5), resume=True)
