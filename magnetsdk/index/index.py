@@ -17,6 +17,7 @@ The index needs an encoder (see :class:`Encoder`), not a :class:`magnetsdk.Magne
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -33,12 +34,16 @@ from magnetsdk.index.documents import AddReport, Document, Hit
 from magnetsdk.index.errors import EmptyIndexError
 from magnetsdk.index.manifest import MANIFEST_NAME, Manifest
 from magnetsdk.index.planning import Plan, make_plan
+from magnetsdk.index.search import search_chunks
 from magnetsdk.index.store import STORE_NAME, Store
-from magnetsdk.index.vectors import IndexType, VectorIndex, VectorSettings, parse_type, resolve_type
-
-# A filter that leaves at most this many chunks is answered by scanning their stored vectors
-# exactly (faster than a filtered graph or IVF search, and never misses).
-FILTER_SCAN_LIMIT = 20_000
+from magnetsdk.index.vectors import (
+    IndexType,
+    VectorIndex,
+    VectorSettings,
+    parse_type,
+    resolve_type,
+    unit_rows,
+)
 
 
 class Encoder(Protocol):
@@ -191,7 +196,6 @@ class Index:
         }
 
     def documents(self) -> list[Document]:
-        import json
 
         return [Document(d, text, json.loads(meta)) for d, text, meta, _ in self._store.documents()]
 
@@ -234,13 +238,13 @@ class Index:
                 vectors = self._require_encoder().encode(
                     [texts[i] for i in rows], instruction=self.manifest.document_instruction
                 )
-                out[rows] = _unit_rows(vectors, dim, len(rows))
+                out[rows] = unit_rows(vectors, dim, len(rows))
                 bar.update(len(rows))
         return out
 
     def apply(self, plan: Plan, vectors: np.ndarray) -> None:
         """Store a plan whose chunk texts were encoded into ``vectors`` (n, d), in plan order."""
-        vectors = _unit_rows(vectors, self.manifest.dimension, len(plan.chunks))
+        vectors = unit_rows(vectors, self.manifest.dimension, len(plan.chunks))
         if plan.is_empty:
             return
         try:
@@ -316,47 +320,8 @@ class Index:
         if k < 1:
             raise ValueError(f"k={k} must be at least 1")
         vectors = self._require_vectors()
-        queries = _unit_rows(queries, self.manifest.dimension, None)
-        if filter:
-            allowed = self._store.filter_chunk_ids(filter)
-            if len(allowed) == 0:
-                return [[] for _ in range(len(queries))]
-            if len(allowed) <= FILTER_SCAN_LIMIT:
-                scores, ids = self._scan(queries, allowed, k)
-            else:
-                scores, ids = vectors.search(queries, k, allowed)
-        else:
-            scores, ids = vectors.search(queries, k)
-        rows = self._store.chunk_rows(sorted({int(i) for i in ids.ravel() if i >= 0}))
-        import json
-
-        results = []
-        for score_row, id_row in zip(scores, ids, strict=True):
-            hits = []
-            for score, chunk_id in zip(score_row, id_row, strict=True):
-                row = rows.get(int(chunk_id))
-                if row is not None:  # -1 (fewer than k results) or deleted since the FAISS file was read
-                    hits.append(
-                        Hit(
-                            float(score),
-                            row.doc_id,
-                            row.chunk_id,
-                            row.text,
-                            json.loads(row.metadata),
-                            row.start,
-                            row.end,
-                        )
-                    )
-            results.append(hits)
-        return results
-
-    def _scan(self, queries: np.ndarray, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Exact search over the stored vectors of ``allowed`` chunks."""
-        parts = list(self._store.vectors(self.manifest.dimension, allowed))
-        ids = np.concatenate([p[0] for p in parts])
-        scores = queries @ np.concatenate([p[1] for p in parts]).T  # (q, n)
-        top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        return np.take_along_axis(scores, top, axis=1), ids[top]
+        queries = unit_rows(queries, self.manifest.dimension, None)
+        return search_chunks(self._store, vectors, queries, k, filter)
 
     # ------------------------------------------------------------------ save
 
@@ -480,21 +445,6 @@ def report_for(plan: Plan, encode_seconds: float, seconds: float) -> AddReport:
         encode_seconds=encode_seconds,
         seconds=seconds,
     )
-
-
-def _unit_rows(vectors: np.ndarray, dim: int, count: int | None) -> np.ndarray:
-    """Check an encoder's output is (count, dim) and finite; return it as float32 unit rows."""
-    array = np.asarray(vectors, dtype=np.float32)
-    if array.ndim == 1:
-        array = array[None, :]
-    if array.ndim != 2 or array.shape[1] != dim or (count is not None and array.shape[0] != count):
-        raise ValueError(
-            f"expected vectors of shape ({count if count is not None else 'n'}, {dim}), got {array.shape}"
-        )
-    if not np.isfinite(array).all():
-        raise ValueError("the encoder returned NaN or infinite values")
-    norms = np.linalg.norm(array, axis=1, keepdims=True)
-    return np.ascontiguousarray(array / np.maximum(norms, 1e-12))
 
 
 def _fsync(path: Path) -> None:

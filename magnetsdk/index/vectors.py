@@ -46,7 +46,8 @@ class VectorSettings:
     hnsw_neighbors: int = 32  # M: graph degree
     hnsw_ef_construction: int = 80
     hnsw_ef_search: int = 128
-    ivf_lists: int | None = None  # None: 4 * sqrt(n), at most n / 39
+    ivf_lists: int | None = None  # None: 2 * sqrt(n), at most n / 39
+    ivf_train_per_list: int = 40  # k-means trains on a sample of this many vectors per list
     ivf_probe: int = 32
     pq_subquantizers: int | None = None  # None: the divisor of d closest to d / 8 (8 dims per byte)
 
@@ -118,13 +119,25 @@ class VectorIndex:
                     f"{IVFPQ_MIN_VECTORS}; there are {len(vectors)}. Use index type 'exact' or 'auto' "
                     "for a corpus this small"
                 )
-            lists = settings.ivf_lists or int(4 * math.sqrt(len(vectors)))
+            lists = settings.ivf_lists or int(2 * math.sqrt(len(vectors)))
             lists = max(1, min(lists, len(vectors) // 39))
             m = settings.pq_subquantizers or _subquantizers(dim)
             if dim % m:
                 raise ValueError(f"pq_subquantizers={m} must divide the dimension {dim}")
             index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, lists, m, 8, faiss.METRIC_INNER_PRODUCT)
-            index.train(_rows(vectors, dim))
+            # Codebook training dominates build time on CPU; 32 points per centroid and 15 k-means
+            # iterations per subquantizer cost little recall (measured in benchmarks/bench_index.py).
+            index.do_polysemous_training = False
+            index.pq.cp.max_points_per_centroid = 32
+            index.pq.cp.niter = 15
+            # A fixed-seed sample keeps training time bounded (k-means cost grows with n * lists).
+            sample = min(len(vectors), max(settings.ivf_train_per_list * lists, 10_000))
+            rows = (
+                np.random.default_rng(0).choice(len(vectors), sample, replace=False)
+                if sample < len(vectors)
+                else None
+            )
+            index.train(_rows(vectors if rows is None else vectors[np.sort(rows)], dim))
         built = cls(index, kind, settings)
         built.add(ids, vectors)
         return built
@@ -211,3 +224,18 @@ def _rows(vectors: np.ndarray, dim: int) -> np.ndarray:
     if array.ndim != 2 or array.shape[1] != dim:
         raise ValueError(f"expected vectors of shape (n, {dim}), got {array.shape}")
     return array
+
+
+def unit_rows(vectors: np.ndarray, dim: int, count: int | None) -> np.ndarray:
+    """Check an encoder's output is (count, dim) and finite; return it as float32 unit rows."""
+    array = np.asarray(vectors, dtype=np.float32)
+    if array.ndim == 1:
+        array = array[None, :]
+    if array.ndim != 2 or array.shape[1] != dim or (count is not None and array.shape[0] != count):
+        raise ValueError(
+            f"expected vectors of shape ({count if count is not None else 'n'}, {dim}), got {array.shape}"
+        )
+    if not np.isfinite(array).all():
+        raise ValueError("the encoder returned NaN or infinite values")
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    return np.ascontiguousarray(array / np.maximum(norms, 1e-12))
