@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from magnetsdk.alignment import PrincipalShift, ShiftMode, key_tokens
+from magnetsdk.answering import Answer, AnswerSettings, ContextCache, answer_from_hits, check_question
 from magnetsdk.attention import AttentionMode
 from magnetsdk.config import MagnetConfig, Pooling, choice
 from magnetsdk.encoding import embed, prepare, special_prefix
@@ -92,6 +93,8 @@ class Magnet:
             raise ValueError("the tokenizer has neither a pad nor an EOS token; set tokenizer.pad_token")
         # A fitted first principal component applied to every embedding (semantic alignment), if any.
         self.principal_shift: PrincipalShift | None = None
+        # Keys/values of recently answered contexts (see Magnet.answer and magnetsdk.answering).
+        self.context_cache = ContextCache()
 
     # ------------------------------------------------------------------ loading
 
@@ -389,6 +392,49 @@ class Magnet:
                     generate_texts(self.model, self.tokenizer, prompts[start : start + batch_size], settings)
                 )
         return outputs[0] if single else outputs
+
+    # ------------------------------------------------------------------ answer
+
+    def answer(
+        self,
+        question: str,
+        index: Any,
+        k: int = 3,
+        *,
+        max_new_tokens: int = 32,
+        reuse: bool = True,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        filter: dict[str, Any] | None = None,
+    ) -> Answer:
+        """Retrieve the top-``k`` chunks of ``index`` (a :class:`magnetsdk.Index` built with this
+        model) and answer ``question`` from them (greedy by default; see :mod:`magnetsdk.answering`).
+
+        ``reuse=True`` reads the chunks bidirectionally and decodes the answer from their cached
+        keys/values (kept in :attr:`context_cache`, so the same chunks are not encoded twice);
+        ``reuse=False`` is plain causal generation over the same tokens.
+        """
+        import time
+
+        settings = AnswerSettings(k, max_new_tokens, reuse, temperature, top_p, seed)
+        question = check_question(question)
+        index.manifest.check_identity(self.identity.to_dict(), index.directory)
+        with self._lock, torch.inference_mode():
+            started = time.perf_counter()
+            hits = index.search(question, k=k, filter=filter)
+            retrieve = time.perf_counter() - started
+            return answer_from_hits(
+                self.model,
+                self.tokenizer,
+                self._prefix,
+                self.layout,
+                question,
+                hits,
+                settings,
+                self.context_cache,
+                retrieve,
+            )
 
     # ------------------------------------------------------------------ save and share
 

@@ -1,0 +1,405 @@
+"""Answers from one model: the retrieved chunks are the context, the question and answer are decoded after them.
+
+An answer is laid out as one sequence, the same way for both attention modes::
+
+    [BOS] chunk 1 \\n\\n chunk 2 \\n\\n ... chunk k  |  \\n\\n Question: ... \\n Answer:  a1 a2 ...
+    context                                    |  span block (prompt, then the generated answer)
+    0 ...                                  C-1 |  C ...
+
+- ``reuse=True`` (the hybrid layout): the context attends bidirectionally within itself, the span
+  block attends causally and sees all of the context. No context token ever looks at a span token,
+  so the context's keys and values do not depend on the question: they are computed once (the
+  prefill), kept in a :class:`ContextCache` keyed by the retrieved chunks, and a second question
+  over the same chunks starts decoding straight from them. This is GritLM's document caching; a
+  MAGNET-trained model was trained on exactly this pattern (missing-span generation), a model that
+  was never adapted was not and answers worse under it.
+- ``reuse=False`` (the baseline): the same tokens, read with the model's native causal attention;
+  nothing is cached between calls.
+
+Position ids count real tokens, so the span block continues at ``C`` (the layout's rule).
+
+This module knows nothing about indexes or thread safety: :meth:`magnetsdk.Magnet.answer` retrieves
+the hits and holds the model's lock; here the hits become tokens, keys/values and an answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from magnetsdk.attention import AttentionMode
+from magnetsdk.forward import logits_at, run_decoder
+from magnetsdk.infilling import pick_tokens
+from magnetsdk.layout import LayoutTokens
+
+if TYPE_CHECKING:  # magnetsdk.index imports faiss; answering only reads the hits' fields
+    from magnetsdk.index.documents import Hit
+
+DEFAULT_TEMPLATE = "Question: {question}\nAnswer:"
+PASSAGE_SEPARATOR = "\n\n"
+
+
+@dataclass(frozen=True)
+class AnswerSettings:
+    """How an answer is retrieved and decoded (greedy by default)."""
+
+    k: int = 3  # chunks retrieved and placed in the context
+    max_new_tokens: int = 32
+    reuse: bool = True  # hybrid layout with cached context keys/values; False: plain causal
+    temperature: float = 0.0  # 0 is greedy
+    top_p: float = 1.0
+    seed: int | None = None
+    template: str = DEFAULT_TEMPLATE  # the prompt after the context; must contain {question}
+    stop_at_newline: bool = True  # an answer is one line
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.k, int) or self.k < 1:
+            raise ValueError(f"k={self.k!r} must be an integer of at least 1 (chunks to retrieve)")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be at least 1")
+        if self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature} must be >= 0 (0 is greedy)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
+        if "{question}" not in self.template:
+            raise ValueError(f"template {self.template!r} must contain '{{question}}'")
+
+
+@dataclass(frozen=True)
+class AnswerTimings:
+    """Seconds spent in each stage of one answer."""
+
+    retrieve: float  # encoding the question and searching the index
+    prefill: float  # the context's forward pass (0 when its keys/values came from the cache)
+    decode: float  # the prompt's forward pass and every answer token
+
+    @property
+    def total(self) -> float:
+        return self.retrieve + self.prefill + self.decode
+
+
+@dataclass
+class Answer:
+    """An answer, the hits it was conditioned on (best first) and where the time went."""
+
+    text: str
+    hits: list[Hit]
+    timings: AnswerTimings
+    cache_hit: bool  # the context's keys/values were reused from an earlier call
+    reuse: bool
+    context_tokens: int
+    prompt_tokens: int
+    answer_ids: list[int] = field(repr=False, default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.text,
+            "reuse": self.reuse,
+            "cache_hit": self.cache_hit,
+            "context_tokens": self.context_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "answer_tokens": len(self.answer_ids),
+            "timings": {
+                "retrieve_s": self.timings.retrieve,
+                "prefill_s": self.timings.prefill,
+                "decode_s": self.timings.decode,
+                "total_s": self.timings.total,
+            },
+            "hits": [
+                {"document_id": h.document_id, "chunk_id": h.chunk_id, "score": h.score, "text": h.text}
+                for h in self.hits
+            ],
+        }
+
+
+# ---------------------------------------------------------------------- the context cache
+
+
+@dataclass
+class CachedContext:
+    cache: Any  # the model's key/value cache, holding exactly the context's tokens
+    length: int  # C
+
+
+class ContextCache:
+    """Least-recently-used keys/values of recent contexts, keyed by :func:`context_key`.
+
+    An entry costs ``2 * layers * kv_heads * head_dim * C`` numbers (about 45 kB per token for
+    SmolLM2-135M in fp32), so keep ``max_entries`` small for long contexts. Entries are valid for
+    one model only; a :class:`magnetsdk.Magnet` owns one.
+    """
+
+    def __init__(self, max_entries: int = 4) -> None:
+        if max_entries < 0:
+            raise ValueError(f"max_entries={max_entries} must be >= 0 (0 disables the cache)")
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, CachedContext] = OrderedDict()
+
+    def get(self, key: str) -> CachedContext | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: str, entry: CachedContext) -> None:
+        if self.max_entries == 0:
+            return
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def discard(self, key: str) -> None:
+        self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
+
+def context_key(hits: list[Hit]) -> str:
+    """The cache key of a context: its chunks' ids and the hash of their text, in order."""
+    digest = hashlib.sha256()
+    for hit in hits:
+        text_hash = hashlib.sha256(hit.text.encode("utf-8")).hexdigest()
+        digest.update(f"{hit.document_id}\0{hit.chunk_id}\0{text_hash}\n".encode())
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------- tokens
+
+
+def lay_out_answer(
+    tokenizer, prefix: list[int], passages: list[str], question: str, template: str = DEFAULT_TEMPLATE
+) -> tuple[list[int], list[int]]:
+    """The context ids (prefix + passages) and the prompt ids (separator + filled template)."""
+    context = (
+        list(prefix) + tokenizer(PASSAGE_SEPARATOR.join(passages), add_special_tokens=False)["input_ids"]
+    )
+    prompt = tokenizer(PASSAGE_SEPARATOR + template.format(question=question), add_special_tokens=False)[
+        "input_ids"
+    ]
+    return context, prompt
+
+
+def check_question(question: object) -> str:
+    if not isinstance(question, str):
+        raise TypeError(f"question is {type(question).__name__}, expected str")
+    if not question.strip():
+        raise ValueError("the question is empty; ask something, e.g. magnet ask INDEX 'Who wrote it?'")
+    return question.strip()
+
+
+# ---------------------------------------------------------------------- decoding
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class Decoded:
+    ids: list[int]
+    prefill: float
+    decode: float
+    cache_hit: bool
+
+
+def decode_answer(
+    model: torch.nn.Module,
+    context_ids: list[int],
+    prompt_ids: list[int],
+    reuse: bool,
+    max_new_tokens: int,
+    stop_ids: set[int] | frozenset[int] = frozenset(),
+    stop: Callable[[list[int]], bool] | None = None,
+    banned_ids: list[int] | None = None,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    cache: ContextCache | None = None,
+    key: str | None = None,
+    step_logits: list[torch.Tensor] | None = None,
+) -> Decoded:
+    """Decode up to ``max_new_tokens`` answer tokens after ``context_ids + prompt_ids``.
+
+    ``reuse=True``: hybrid attention; the context's keys/values come from ``cache[key]`` when
+    present, else they are computed and stored there. ``reuse=False``: causal attention, no cache.
+    Decoding stops before a token in ``stop_ids`` or after one for which ``stop(ids)`` is true.
+    ``step_logits``, when given, collects each step's logits (for equivalence tests).
+    """
+    if not context_ids or not prompt_ids:
+        raise ValueError("an answer needs a non-empty context and prompt")
+    device = next(model.parameters()).device
+    mode = AttentionMode.HYBRID if reuse else AttentionMode.CAUSAL
+    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    banned = torch.tensor(banned_ids or [], dtype=torch.long, device=device)
+
+    stored = reuse and cache is not None and key is not None
+    entry = cache.get(key) if stored else None
+    if entry is not None and entry.length != len(context_ids):
+        entry = None  # a key collision or another tokenizer: never decode from the wrong context
+    context = torch.tensor([context_ids], device=device)  # (1, C)
+    past_valid = torch.ones_like(context, dtype=torch.bool)
+    past_span = torch.zeros_like(past_valid)
+    _sync(device)
+    started = time.perf_counter()
+    if entry is None:
+        out = run_decoder(model, context, past_valid, mode, past_span, use_cache=True)
+        entry = CachedContext(out.cache, len(context_ids))
+        if stored:
+            cache.put(key, entry)
+        hit = False
+    else:
+        hit = True
+    _sync(device)
+    prefill = time.perf_counter() - started
+
+    kv = entry.cache
+    answer: list[int] = []
+    completed = False
+    try:
+        feed = torch.tensor([prompt_ids], device=device)  # (1, P), then (1, 1) per step
+        while True:
+            ones = torch.ones_like(feed, dtype=torch.bool)
+            out = run_decoder(
+                model,
+                feed,
+                ones,
+                mode,
+                ones,
+                past_key_values=kv,
+                past_valid=past_valid,
+                past_is_span=past_span,
+                use_cache=True,
+            )
+            kv = out.cache
+            past_valid = torch.cat([past_valid, ones], dim=1)
+            past_span = torch.cat([past_span, ones], dim=1)
+            logits = logits_at(model, out.hidden[:, -1])  # (1, V)
+            if len(banned):
+                logits[:, banned] = float("-inf")
+            if step_logits is not None:
+                step_logits.append(logits.detach().cpu())
+            token = int(pick_tokens(logits, temperature, top_p, generator)[0])
+            if token in stop_ids:
+                break
+            answer.append(token)
+            if len(answer) >= max_new_tokens or (stop is not None and stop(answer)):
+                break
+            feed = torch.tensor([[token]], device=device)
+        _sync(device)
+        completed = True
+    finally:
+        if stored and not completed:
+            cache.discard(key)  # a forward pass may have stopped between layers: drop the entry
+        elif stored:
+            # The stored entry must hold the context only: cut what this call appended (layers
+            # extend by concatenation, so the entry never shares storage with what is cut).
+            kv.crop(-(kv.get_seq_length() - entry.length))
+    return Decoded(answer, prefill, time.perf_counter() - started - prefill, hit)
+
+
+def reference_nll(
+    model: torch.nn.Module,
+    context_ids: list[int],
+    prompt_ids: list[int],
+    reference_ids: list[int],
+    reuse: bool,
+) -> float:
+    """Mean negative log-likelihood (nats per token) of ``reference_ids`` as the answer, teacher-forced,
+    under the hybrid (``reuse=True``) or causal layout. One forward pass, no cache."""
+    if not reference_ids:
+        raise ValueError("the reference answer is empty")
+    device = next(model.parameters()).device
+    ids = torch.tensor([context_ids + prompt_ids + reference_ids], device=device)  # (1, n)
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    is_span = valid.clone()
+    is_span[:, : len(context_ids)] = False
+    mode = AttentionMode.HYBRID if reuse else AttentionMode.CAUSAL
+    hidden = run_decoder(model, ids, valid, mode, is_span).hidden  # (1, n, d)
+    start = len(context_ids) + len(prompt_ids)
+    logits = logits_at(model, hidden[0, start - 1 : -1])  # (r, V): each predicts the next token
+    targets = torch.tensor(reference_ids, device=device)
+    return float(torch.nn.functional.cross_entropy(logits, targets))
+
+
+# ---------------------------------------------------------------------- one answer
+
+
+def answer_from_hits(
+    model: torch.nn.Module,
+    tokenizer,
+    prefix: list[int],
+    layout: LayoutTokens,
+    question: str,
+    hits: list[Hit],
+    settings: AnswerSettings,
+    cache: ContextCache | None = None,
+    retrieve_seconds: float = 0.0,
+) -> Answer:
+    """Answer ``question`` from ``hits`` (best first); the caller holds the model's lock."""
+    question = check_question(question)
+    if not hits:
+        raise LookupError(
+            "no chunks were retrieved for the question (the filter left none?); "
+            "there is nothing to answer from"
+        )
+    context_ids, prompt_ids = lay_out_answer(
+        tokenizer, prefix, [h.text for h in hits], question, settings.template
+    )
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    needed = len(context_ids) + len(prompt_ids) + settings.max_new_tokens
+    if limit is not None and needed > limit:
+        raise ValueError(
+            f"context ({len(context_ids)} tokens) + prompt ({len(prompt_ids)}) + answer "
+            f"({settings.max_new_tokens}) exceeds the model's {limit} positions; retrieve fewer chunks (k) "
+            "or index with smaller chunks"
+        )
+    eos = tokenizer.eos_token_id
+    # END closes a span in the hybrid layout; an adapted model may close its answer with it.
+    stop_ids = {layout.end_id} | ({eos} if eos is not None else set())
+
+    def one_line(ids: list[int]) -> bool:
+        return settings.stop_at_newline and "\n" in tokenizer.decode(ids, skip_special_tokens=True).lstrip()
+
+    decoded = decode_answer(
+        model,
+        context_ids,
+        prompt_ids,
+        reuse=settings.reuse,
+        max_new_tokens=settings.max_new_tokens,
+        stop_ids=stop_ids,
+        stop=one_line,
+        banned_ids=[layout.gap_id, layout.span_id, layout.mask_id],
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        seed=settings.seed,
+        cache=cache,
+        key=context_key(hits),
+    )
+    text = tokenizer.decode(decoded.ids, skip_special_tokens=True).strip()
+    if settings.stop_at_newline:
+        text = text.split("\n", 1)[0].strip()
+    return Answer(
+        text=text,
+        hits=list(hits),
+        timings=AnswerTimings(retrieve_seconds, decoded.prefill, decoded.decode),
+        cache_hit=decoded.cache_hit,
+        reuse=settings.reuse,
+        context_tokens=len(context_ids),
+        prompt_tokens=len(prompt_ids),
+        answer_ids=decoded.ids,
+    )
