@@ -20,6 +20,11 @@ def run_demo(magnet: Magnet, echo: Callable[[str], None] = print) -> dict:
         f"model: {info['model']}  adapter: {info['adapter']}  device: {info['device']}  d={info['dimension']}"
     )
     echo(f"encoding: {info['encode_attention']} attention, {info['pooling']} pooling")
+    if not info["adapted"]:
+        echo(
+            "note: this model was never MAGNET-adapted, so it encodes causally and infills poorly; "
+            "`magnet train` adapts it"
+        )
 
     start = time.perf_counter()
     vectors = magnet.encode(SENTENCES)
