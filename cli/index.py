@@ -48,19 +48,17 @@ def _fail(error: BaseException) -> click.ClickException:
     "--type",
     "index_type",
     type=click.Choice(INDEX_TYPES),
-    default="exact",
-    show_default=True,
-    help="FAISS index type for a new index.",
+    default=None,
+    help="FAISS index type of a new index [default: exact].",
 )
 @click.option(
-    "--chunk-tokens", default=256, show_default=True, type=click.IntRange(min=8), help="Tokens per chunk."
+    "--chunk-tokens", default=None, type=click.IntRange(min=8), help="Tokens per chunk [default: 256]."
 )
 @click.option(
     "--chunk-overlap",
-    default=32,
-    show_default=True,
+    default=None,
     type=click.IntRange(min=0),
-    help="Tokens shared by consecutive chunks.",
+    help="Tokens shared by consecutive chunks [default: 32].",
 )
 @click.option(
     "--document-instruction", default=None, help="Instruction for documents [default: the model's]."
@@ -107,13 +105,14 @@ def index_command(
             f"{len(sources.skipped)} skipped); give txt, md, jsonl or csv files with text"
         )
     magnet = open_magnet(model, adapter, _rank_device(device), dtype)
-    options: dict[str, Any] = {
+    given = {
         "index_type": index_type,
         "chunk_tokens": chunk_tokens,
         "chunk_overlap": chunk_overlap,
         "document_instruction": document_instruction,
         "query_instruction": query_instruction,
     }
+    options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     try:
         report = upsert_sharded(out, magnet, sources.documents, options, batch_size, progress=not quiet)
     except _library_errors() as error:

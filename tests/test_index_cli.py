@@ -92,6 +92,10 @@ def test_reindexing_skips_unchanged_and_picks_up_changes(corpus, model_dir):
     texts = {json.loads(x)["document_id"]: json.loads(x)["text"] for x in hits}
     assert texts["docs/cat.txt"] == "The cat now sleeps on the sofa."
 
+    with pytest.warns(UserWarning, match="index_type='hnsw' \\(the index has 'exact'\\)"):
+        kept = run("index", str(corpus), "--out", "idx", "--type", "hnsw", "--model", model_dir)
+    assert kept.exit_code == 0, kept.output
+
     stats = run("index", "--stats", "idx", "--json")
     assert stats.exit_code == 0, stats.output
     facts = json.loads(stats.stdout)

@@ -24,6 +24,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterable
+from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, overload
 
@@ -139,10 +140,27 @@ class Index:
 
     @classmethod
     def open_or_create(cls, directory: str | os.PathLike, encoder: Encoder, **create_options: Any) -> Index:
+        """Open the index in ``directory``, or create it with ``create_options`` (see :meth:`create`).
+
+        Options that differ from an existing index's manifest are ignored with a warning: an
+        index keeps the type, chunking and instructions it was created with.
+        """
         directory = Path(directory).expanduser()
-        if (directory / MANIFEST_NAME).is_file():
-            return cls.open(directory, encoder)
-        return cls.create(directory, encoder, **create_options)
+        if not (directory / MANIFEST_NAME).is_file():
+            return cls.create(directory, encoder, **create_options)
+        index = cls.open(directory, encoder)
+        ignored = [
+            f"{key}={_plain(value)!r} (the index has {getattr(index.manifest, key)!r})"
+            for key, value in create_options.items()
+            if value is not None and _plain(value) != getattr(index.manifest, key)
+        ]
+        if ignored:
+            warnings.warn(
+                f"{directory} already exists, so these options for a new index are ignored: "
+                + ", ".join(ignored),
+                stacklevel=2,
+            )
+        return index
 
     def close(self) -> None:
         """Close the store; unsaved changes are discarded (with a warning)."""
@@ -445,6 +463,13 @@ def report_for(plan: Plan, encode_seconds: float, seconds: float) -> AddReport:
         encode_seconds=encode_seconds,
         seconds=seconds,
     )
+
+
+def _plain(value: Any) -> Any:
+    """A create() option as the manifest stores it (enum -> its value, settings -> a dict)."""
+    if isinstance(value, Enum):
+        return value.value
+    return dict(value.__dict__) if isinstance(value, VectorSettings) else value
 
 
 def _fsync(path: Path) -> None:
