@@ -65,7 +65,7 @@ def load(name: str):
     return magnet.model, magnet.tokenizer, magnet.name
 
 
-def build_batches(tokenizer, batch: int, words: int, max_length: int):
+def build_batches(tokenizer, batch: int, words: int, max_length: int, view_words: int | None):
     layout, _ = resolve_layout_tokens(tokenizer)
     prefix = special_prefix(tokenizer)
     eos = tokenizer.eos_token_id
@@ -82,10 +82,11 @@ def build_batches(tokenizer, batch: int, words: int, max_length: int):
         ]
         return collate_lm(examples, eos)
 
+    view_texts = sample if view_words is None else texts(batch, view_words)
     views = collate_views(
         tokenizer,
-        sample,
-        sample,
+        view_texts,
+        view_texts,
         [None] * batch,
         "Given the sentence, find its representation:",
         max_length,
@@ -136,6 +137,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--words", type=int, default=40, help="words per text")
     parser.add_argument("--max-length", type=int, default=96)
+    parser.add_argument(
+        "--view-words",
+        type=int,
+        default=None,
+        help="words per contrastive view, e.g. 12 for sentence pairs [default: the LM texts themselves]",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads [default: torch's]")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "train.json"))
@@ -147,7 +154,9 @@ def main() -> None:
     config = TrainConfig(data=["unused"], lora_dropout=0.0)
     trained = make_trainable(model, config, [])
     objectives = MagnetObjectives(trained, "hybrid", 0.05)
-    lm, mntp_batch, msg_batch, views = build_batches(tokenizer, args.batch, args.words, args.max_length)
+    lm, mntp_batch, msg_batch, views = build_batches(
+        tokenizer, args.batch, args.words, args.max_length, args.view_words
+    )
     tokens = lm.tokens + views.tokens
 
     runs = {
@@ -168,6 +177,8 @@ def main() -> None:
     result = {
         "model": name,
         "batch": args.batch,
+        "words": args.words,
+        "view_words": args.view_words,
         "lm_tokens": lm.tokens,
         "view_tokens": views.tokens,
         "loss_positions": int(lm.mntp_targets.numel() + lm.msg_targets.numel()),
@@ -191,7 +202,8 @@ def main() -> None:
 
     out = Path(args.out)
     existing = json.loads(out.read_text()) if out.is_file() else {}
-    existing[name] = result
+    key = name if args.view_words is None else f"{name} (views of {args.view_words} words)"
+    existing[key] = result
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(json.dumps(existing, indent=2) + "\n")

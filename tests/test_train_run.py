@@ -192,3 +192,29 @@ def test_existing_run_needs_resume(tmp_path, base_dir, data_file):
         train(config(tmp_path, base_dir, data_file, max_steps=2))
     with pytest.raises(ValueError, match=r"\['seed'\] differ"):
         train(config(tmp_path, base_dir, data_file, max_steps=3, seed=5), resume=True)
+
+
+def test_full_finetune_with_gradient_checkpointing_exports_a_full_model(tmp_path, base_dir, data_file):
+    result = train(
+        config(tmp_path, base_dir, data_file, max_steps=2, full_finetune=True, gradient_checkpointing=True)
+    )
+    out = result.output_dir
+    assert (out / "config.json").is_file() and not (out / "adapter_config.json").exists()
+    magnet = Magnet.from_pretrained(str(out), device="cpu")
+    assert magnet.config.training["config"]["full_finetune"] is True
+    assert magnet.encode("a cat").shape == (64,)
+
+
+def test_pairs_with_hard_negatives_alone_are_enough_data(tmp_path, base_dir):
+    path = tmp_path / "pairs.jsonl"
+    sentences = sorted(set(_CORPUS))
+    shifted = sentences[1:] + sentences[:1]
+    rows = [
+        {"anchor": a, "positive": a.lower(), **({"negative": b} if i % 2 else {})}
+        for i, (a, b) in enumerate(zip(sentences, shifted, strict=True))
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = train(config(tmp_path, base_dir, str(path), data=[], pairs=[str(path)], max_steps=3))
+    saved = json.loads((result.output_dir / "magnet_config.json").read_text())
+    assert saved["training"]["config"]["positives"] == "pairs"
+    assert all(r["sscl"] is not None and r["msg"] is not None for r in read_metrics(result.metrics_path))

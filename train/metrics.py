@@ -70,11 +70,22 @@ def plot_losses(metrics_path: Path, png_path: Path) -> Path | None:
     except ImportError:
         return None
     figure, axis = plt.subplots(figsize=(7, 4))
-    for key in LOSS_KEYS:
+    window = max(1, len(records) // 10)  # per-step losses are noisy at small batches: smooth them
+    for index, key in enumerate(LOSS_KEYS):
         points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
-        if points:
-            steps, values = zip(*points, strict=True)
-            axis.plot(steps, values, label=key, linewidth=1.5 if key == "loss" else 1.0)
+        if not points:
+            continue
+        steps, values = zip(*points, strict=True)
+        color = f"C{index}"
+        if window > 1:
+            axis.plot(steps, values, color=color, alpha=0.25, linewidth=0.8)
+            smooth = [
+                sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+                for i in range(len(values))
+            ]
+            axis.plot(steps, smooth, color=color, label=f"{key} (mean of {window})")
+        else:
+            axis.plot(steps, values, color=color, label=key)
     axis.set_xlabel("step")
     axis.set_ylabel("loss")
     axis.legend()
