@@ -30,7 +30,7 @@ import torch
 
 from magnetsdk.attention import AttentionMode, allowed, backend_mask, position_ids
 from magnetsdk.encoding import pad_batch
-from magnetsdk.eval.result import EvalResult, data_file
+from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.eval.texts import read_texts
 from magnetsdk.forward import attn_implementation, decoder_body
 
@@ -113,7 +113,7 @@ def evaluate_dependence(
     ``modes`` defaults to bidirectional (the paper's setting) and the model's own encode mode.
     ``heatmap``: a PNG of the first text's averaged attention, one panel per mode.
     """
-    start = time.perf_counter()
+    started, start = utc_now(), time.perf_counter()
     own = magnet.config.encode_attention.value
     chosen = list(dict.fromkeys(modes or ["bidirectional", own]))
     for mode in chosen:
@@ -170,6 +170,7 @@ def evaluate_dependence(
         },
         model=magnet.identity.to_dict(),
         data=[data_file(path)],
+        started=started,
         seconds=time.perf_counter() - start,
         details=details,
     )

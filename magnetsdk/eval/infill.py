@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from magnetsdk.attention import AttentionMode
-from magnetsdk.eval.result import EvalResult, data_file
+from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.eval.scoring import ScoredSequence, perplexity, target_nll
 from magnetsdk.layout import lay_out
 
@@ -98,7 +98,7 @@ def evaluate_infill(
 
     ``generate`` > 0 also fills the first ``generate`` gaps greedily, kept for reading.
     """
-    start = time.perf_counter()
+    started, start = utc_now(), time.perf_counter()
     items = read_infill_items(path, limit)
     pairs = [build_sequences(magnet, item) for item in items]
     with magnet._lock:
@@ -163,6 +163,7 @@ def evaluate_infill(
         },
         model=magnet.identity.to_dict(),
         data=[data_file(path)],
+        started=started,
         seconds=time.perf_counter() - start,
         details=details,
     )

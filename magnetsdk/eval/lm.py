@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from magnetsdk.attention import AttentionMode
-from magnetsdk.eval.result import EvalResult, data_file
+from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.eval.scoring import ScoredSequence, perplexity, target_nll
 
 
@@ -45,7 +45,7 @@ def evaluate_lm(
     show_progress: bool = True,
 ) -> EvalResult:
     """Perplexity over the windows of ``path`` (the first ``limit`` windows when given)."""
-    start = time.perf_counter()
+    started, start = utc_now(), time.perf_counter()
     source = Path(path)
     try:
         text = source.read_text(encoding="utf-8")
@@ -89,5 +89,6 @@ def evaluate_lm(
         },
         model=magnet.identity.to_dict(),
         data=[data_file(source)],
+        started=started,
         seconds=time.perf_counter() - start,
     )

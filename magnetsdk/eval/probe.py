@@ -23,7 +23,7 @@ import torch
 
 from magnetsdk.attention import AttentionMode
 from magnetsdk.encoding import pad_batch
-from magnetsdk.eval.result import EvalResult, data_file
+from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.forward import run_decoder
 
 _IOB_TAG = re.compile(r"^[BI]-.+$")
@@ -201,7 +201,7 @@ def evaluate_probe(
     show_progress: bool = True,
 ) -> EvalResult:
     """Train the probe on ``train_path`` (``limit`` sentences at most) and score ``test_path``."""
-    start = time.perf_counter()
+    started, start = utc_now(), time.perf_counter()
     mode = AttentionMode(attention)
     if mode is AttentionMode.HYBRID:
         raise ValueError("the probe reads plain sentences; use attention 'bidirectional' or 'causal'")
@@ -245,5 +245,6 @@ def evaluate_probe(
         },
         model=magnet.identity.to_dict(),
         data=[data_file(train_path), data_file(test_path)],
+        started=started,
         seconds=time.perf_counter() - start,
     )

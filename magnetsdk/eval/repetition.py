@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from magnetsdk.eval.result import EvalResult, data_file
+from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.eval.texts import read_texts
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -89,7 +89,7 @@ def evaluate_repetition(
     unknown = sorted(set(decodings) - {"greedy", "nucleus"})
     if unknown or not decodings:
         raise ValueError(f"decodings {unknown or '[]'} are not a non-empty subset of ['greedy', 'nucleus']")
-    start = time.perf_counter()
+    started, start = utc_now(), time.perf_counter()
     prefixes, skipped = cut_prefixes(magnet.tokenizer, read_texts(path, "prefix"), prefix_tokens, limit)
     if not prefixes:
         raise ValueError(
@@ -148,6 +148,7 @@ def evaluate_repetition(
         },
         model=magnet.identity.to_dict(),
         data=[data_file(path)],
+        started=started,
         seconds=time.perf_counter() - start,
         details=details,
     )

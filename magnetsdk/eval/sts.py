@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from magnetsdk.eval.encoder import SentenceEncoder
-from magnetsdk.eval.result import EvalResult, data_file
+from magnetsdk.eval.result import EvalResult, data_file, utc_now
 
 
 class StsFormat(str, Enum):
@@ -169,7 +169,7 @@ def evaluate_sts(
     """One row per file and, with several files, their average."""
     if not paths:
         raise ValueError("sts needs at least one data file")
-    start = time.perf_counter()
+    started, start = utc_now(), time.perf_counter()
     rows, figures = [], {}
     for path in paths:
         pairs = read_sts(path, fmt, limit)
@@ -191,5 +191,6 @@ def evaluate_sts(
         settings=settings,
         model=encoder.identity(),
         data=[data_file(p) for p in paths],
+        started=started,
         seconds=time.perf_counter() - start,
     )
