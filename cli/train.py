@@ -23,14 +23,21 @@ import click
 def _config_options(command: Callable) -> Callable:
     """One option per TrainConfig field, typed from its annotation; unset options stay None."""
     from magnetsdk.train.config import TrainConfig
+    from magnetsdk.train.recipes import RECIPES
 
+    from_recipe = set(RECIPES["magnet"])
     hints = typing.get_type_hints(TrainConfig)
     for item in reversed(fields(TrainConfig)):
         hint = hints[item.name]
         members = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
         flag = "--" + item.name.replace("_", "-")
         default = item.default if item.default is not MISSING else None
-        help_text = "[default: from the recipe]" if default is None else f"[default: {default}]"
+        if default is not None:
+            help_text = f"[default: {default}]"
+        elif item.name in from_recipe:
+            help_text = "[default: from the recipe]"
+        else:
+            help_text = "[default: chosen at run time, see docs/training.md]"
         if item.default_factory is not MISSING:  # type: ignore[misc]
             help_text = "Repeat for several values."
         base = members[0]

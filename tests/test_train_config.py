@@ -95,3 +95,12 @@ def test_to_dict_round_trips():
     config = TrainConfig(data=["a.txt"], recipe="llm2vec", max_steps=3)
     again = TrainConfig.from_dict(config.to_dict())
     assert again == config
+
+
+def test_the_cli_builds_its_train_flags_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, magnetsdk.cli.train; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -5,7 +5,8 @@ Values come from four layers, later ones winning: the field defaults, the recipe
 file, and command-line flags. The resolved config is written into the run directory and into the
 exported model's ``magnet_config.json`` (``training``), so a model records how it was made.
 
-This module knows nothing about models or tensors.
+This module knows nothing about models or tensors, and importing it does not import torch (the
+``magnet`` command builds its flags from these fields at start-up).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from typing import Any
 
 import tomllib
 from magnetsdk.train.recipes import RECIPES, recipe_defaults
-
-from magnetsdk.config import DEFAULT_INSTRUCTION
 
 
 class LMAttention(str, Enum):
@@ -81,7 +80,7 @@ class TrainConfig:
     span_fraction: float = 0.15  # share of a text's tokens removed as MSG spans
     max_spans: int = 3
     temperature: float = 0.05  # InfoNCE: cosine similarity / temperature
-    instruction: str = DEFAULT_INSTRUCTION
+    instruction: str | None = None  # None: magnetsdk's default instruction (what Magnet.encode uses)
     attention_dropout: float | None = None  # None: 0.1 with dropout positives, else 0.0
     paraphrase_model: str | None = None  # None: the base model
     paraphrase_cache: str | None = None  # None: <output_dir>/paraphrases.jsonl
@@ -124,6 +123,10 @@ class TrainConfig:
         for name, value in recipe_defaults(self.recipe).items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
+        if self.instruction is None:
+            from magnetsdk.config import DEFAULT_INSTRUCTION  # imported here: it pulls in torch
+
+            self.instruction = DEFAULT_INSTRUCTION
         self.data = [str(p) for p in _as_list(self.data)]
         self.pairs = [str(p) for p in _as_list(self.pairs)]
         self.lm_attention = _enum(LMAttention, self.lm_attention, "lm_attention")
