@@ -218,3 +218,13 @@ def test_pairs_with_hard_negatives_alone_are_enough_data(tmp_path, base_dir):
     saved = json.loads((result.output_dir / "magnet_config.json").read_text())
     assert saved["training"]["config"]["positives"] == "pairs"
     assert all(r["sscl"] is not None and r["msg"] is not None for r in read_metrics(result.metrics_path))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_run_uses_bf16_autocast_and_exports(tmp_path, base_dir, data_file):
+    result = train(config(tmp_path, base_dir, data_file, max_steps=3, device="cuda"))
+    saved = json.loads((result.output_dir / "magnet_config.json").read_text())
+    assert saved["training"]["config"]["mixed_precision"] == "auto"
+    assert all(np.isfinite(r["loss"]) for r in read_metrics(result.metrics_path))
+    assert Magnet.from_pretrained(str(result.output_dir), device="cuda").encode("a cat").shape == (64,)
