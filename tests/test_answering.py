@@ -240,3 +240,26 @@ def test_ask_cli(tmp_path, model_dir):
         assert bad.exit_code == 1 and message in bad.output, bad.output
     missing = CliRunner().invoke(cli, ["ask", str(tmp_path / "nope"), "cat?", "--model", model_dir])
     assert missing.exit_code == 1 and "nope" in missing.output
+
+
+def test_answer_set_builder_blanks_an_entity_copied_from_the_paragraph():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "build_answer_set.py"
+    spec = importlib.util.spec_from_file_location("build_answer_set", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lines = [
+        " = Some Article = ",
+        " = = History = = ",
+        " The town grew quickly after the railway came . In 1860 the company moved its offices to "
+        "Upper Falls near the river . It built a mill , a school and a church for the workers . ",
+        " Too short . ",
+    ]
+    items = module.build(lines, items=5, min_words=10, max_words=200, per_article=2, seed=0)
+    assert len(items) == 1
+    item = items[0]
+    assert item["answer"] == "Upper Falls" and item["article"] == "Some Article"  # names beat years
+    assert "____" in item["question"] and item["answer"] not in item["question"]
+    assert item["answer"] in item["paragraph"] and " ." not in item["paragraph"]
