@@ -11,7 +11,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import torch
@@ -35,6 +35,9 @@ from magnetsdk.loading import (
     pick_dtype,
     resolve,
 )
+
+if TYPE_CHECKING:  # magnetsdk.index imports faiss; Magnet only calls an index it is given
+    from magnetsdk.index import Index
 
 
 @dataclass(frozen=True)
@@ -398,7 +401,7 @@ class Magnet:
     def answer(
         self,
         question: str,
-        index: Any,
+        index: Index,
         k: int = 3,
         *,
         max_new_tokens: int = 32,
