@@ -171,6 +171,9 @@ def main() -> None:
         "--threads", type=int, default=1, help="faiss OpenMP threads (1: stable single-query latency)"
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "index.json")
+    parser.add_argument(
+        "--update", action="store_true", help="merge into --out: replace its rows of the same size and type"
+    )
     args = parser.parse_args()
 
     import faiss
