@@ -33,6 +33,7 @@ import numpy as np
 from magnetsdk.index.chunking import ChunkSettings
 from magnetsdk.index.documents import AddReport, Document, Hit
 from magnetsdk.index.errors import EmptyIndexError
+from magnetsdk.index.generations import build_from_store, read_committed, remove_stale, write_generation
 from magnetsdk.index.manifest import MANIFEST_NAME, Manifest
 from magnetsdk.index.planning import Plan, make_plan
 from magnetsdk.index.search import search_chunks
@@ -352,13 +353,11 @@ class Index:
         name = self._store.get_state("faiss_file")
         if self._vectors_dirty:
             generation = int(self._store.get_state("generation", "0")) + 1
-            name = f"vectors-{generation:06d}.faiss" if self._vectors is not None else ""
-            if self._vectors is not None:
-                staging = self.directory / f".{name}.tmp"
-                self._vectors.write(staging)
-                _fsync(staging)
-                os.replace(staging, self.directory / name)
-                _fsync(self.directory)
+            name = (
+                write_generation(self.directory, self._vectors, generation)
+                if self._vectors is not None
+                else ""
+            )
             self._store.set_state(
                 faiss_file=name,
                 generation=str(generation),
@@ -366,9 +365,7 @@ class Index:
             )
         self._store.commit()  # the atomic switch: rows and the FAISS file name together
         self._vectors_dirty = False
-        for stale in self.directory.glob("*vectors-*.faiss*"):
-            if stale.name != name:
-                stale.unlink(missing_ok=True)
+        remove_stale(self.directory, keep=name)
 
     # ------------------------------------------------------------------ internals
 
@@ -410,38 +407,17 @@ class Index:
     def _load_vectors(self, from_store_only: bool = False) -> None:
         """Read the committed FAISS file, or rebuild from the stored vectors when it is missing,
         damaged or out of step with the store (a warning says so)."""
-        count = self._store.chunk_count()
+        dim = self.manifest.dimension
         self._vectors = None
-        if count == 0:
+        if self._store.chunk_count() == 0:
             return
-        kind = IndexType(
-            self._store.get_state("index_type_in_use") or resolve_type(self.manifest.index_type, count)
-        )
-        name = self._store.get_state("faiss_file")
-        if not from_store_only and name:
-            path = self.directory / name
-            try:
-                loaded = VectorIndex.read(path, kind, self._settings)
-                if loaded.size == count and loaded.dimension == self.manifest.dimension:
-                    self._vectors = loaded
-                    return
-                problem = f"holds {loaded.size} vectors for {count} stored chunks"
-            except RuntimeError as error:
-                problem = (
-                    "is missing" if not path.exists() else f"cannot be read ({str(error).splitlines()[0]})"
-                )
-            warnings.warn(f"{path} {problem}; rebuilding it from the stored vectors", stacklevel=3)
+        if not from_store_only:
+            self._vectors, problem = read_committed(self.directory, self._store, dim, self._settings)
+            if self._vectors is not None:
+                return
+            warnings.warn(f"the FAISS file {problem}; rebuilding it from the stored vectors", stacklevel=3)
             self._vectors_dirty = True
-        parts = list(self._store.vectors(self.manifest.dimension))
-        ids = np.concatenate([p[0] for p in parts])
-        vectors = np.concatenate([p[1] for p in parts])
-        self._vectors = VectorIndex.build(
-            resolve_type(self.manifest.index_type, count),
-            self.manifest.dimension,
-            vectors,
-            ids,
-            self._settings,
-        )
+        self._vectors = build_from_store(self._store, dim, self.manifest.index_type, self._settings)
 
     def _add(self, documents, upsert: bool, batch_size: int, progress: bool) -> AddReport:
         started = time.perf_counter()
@@ -470,11 +446,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     return dict(value.__dict__) if isinstance(value, VectorSettings) else value
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
