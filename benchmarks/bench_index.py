@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -158,6 +159,33 @@ def _line(row: dict) -> str:
     )
 
 
+def markdown(results: dict) -> str:
+    """The results as markdown tables (what docs/results.md shows)."""
+    lines = []
+    if results.get("indexing"):
+        lines += ["| model | documents | chunks | seconds | documents/s | chunks/s | share encoding | re-run (all unchanged) |",
+                  "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in results["indexing"]:
+            lines.append(
+                f"| {r['model']} | {r['documents']} | {r['chunks']} | {r['seconds']:.1f} | {r['documents_per_s']:.2f} | "
+                f"{r['chunks_per_s']:.2f} | {r['encode_share']:.1%} | {r['resume_seconds']:.3f} s |"
+            )
+        lines.append("")
+    lines += [
+        "| vectors | type | build (s) | memory (MB) | p50 (ms) | p95 (ms) | recall@10 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results["search"]:
+        if "skipped" in r:
+            lines.append(f"| {r['vectors']:,} | {r['type']} | not run: {r['skipped']} | | | | |")
+            continue
+        lines.append(
+            f"| {r['vectors']:,} | {r['type']} | {r['build_s']:.1f} | {r['memory_mb']:.1f} | {r['p50_ms']:.2f} | "
+            f"{r['p95_ms']:.2f} | {r['recall_at_10']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
@@ -174,7 +202,11 @@ def main() -> None:
     parser.add_argument(
         "--update", action="store_true", help="merge into --out: replace its rows of the same size and type"
     )
+    parser.add_argument("--render", action="store_true", help="print --out as markdown tables and exit")
     args = parser.parse_args()
+    if args.render:
+        print(markdown(json.loads(args.out.read_text())))
+        return
 
     import faiss
     import torch
@@ -183,7 +215,8 @@ def main() -> None:
 
     results: dict = {
         "machine": {"platform": platform.platform(), "cpu_threads": torch.get_num_threads(),
-                    "faiss": faiss.__version__, "faiss_threads": faiss.omp_get_max_threads()},
+                    "faiss": faiss.__version__, "faiss_threads": faiss.omp_get_max_threads(),
+                    "load_average_at_start": round(os.getloadavg()[0], 2)},
         "search_data": "synthetic unit vectors, d=576, 256 topics x 64 subtopics + noise; queries from the same "
         "distribution; recall@10 against exact search; single-query latency",
     }  # fmt: skip
@@ -210,6 +243,7 @@ def main() -> None:
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(markdown(results))
     print(f"wrote {args.out}")
 
 

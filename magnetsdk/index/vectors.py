@@ -33,9 +33,10 @@ class IndexType(str, Enum):
     AUTO = "auto"
 
 
-# ``auto`` boundaries, from benchmarks/bench_index.py (see docs/results.md, "Retrieval"): exact
-# search stays within a few milliseconds per query up to ~100k vectors of d=576 on CPU; HNSW keeps
-# recall high and latency low beyond that, until its memory (full vectors plus graph) dominates.
+# ``auto`` boundaries, from benchmarks/bench_index.py (docs/results.md, "Retrieval"; d=576, one CPU
+# thread): exact search costs ~30 ms per query at 100k vectors and ~250 ms at 1M, so above 100k a
+# graph (HNSW, sub-millisecond, full vectors plus graph in memory) pays off; above 2M vectors
+# memory dominates and IVF-PQ (~80 bytes per vector, candidates re-ranked exactly) takes over.
 AUTO_EXACT_BELOW = 100_000
 AUTO_HNSW_BELOW = 2_000_000
 IVFPQ_MIN_VECTORS = 1_000  # k-means lists and 256-centroid codebooks need enough training points
