@@ -13,6 +13,7 @@ from magnetsdk.index import (
     Document,
     EmptyIndexError,
     Index,
+    IndexBusyError,
     IndexCorruptedError,
     IndexMismatchError,
     IndexNotFoundError,
@@ -230,11 +231,26 @@ def test_lost_faiss_file_is_rebuilt_from_the_store(index, llama_magnet):
         Index.open(index.directory, llama_magnet).close()
 
 
+def test_a_second_writer_is_told_the_index_is_busy(index, llama_magnet, monkeypatch):
+    monkeypatch.setattr(Index, "busy_timeout_s", 0.2)
+    index.delete(["doc-0"])  # holds the write transaction until save()
+    with Index.open(index.directory, llama_magnet) as other:
+        assert len(other) == 30  # readers see the last saved state meanwhile
+        with pytest.raises(IndexBusyError, match="another process is writing"):
+            other.delete(["doc-1"])
+    index.save()
+    with Index.open(index.directory, llama_magnet) as other:
+        assert len(other) == 29
+
+
 def test_corrupted_store_and_manifest_are_named(index, llama_magnet):
     index.save()
     index.close()
     for side in ("store.sqlite-wal", "store.sqlite-shm"):
         (index.directory / side).unlink(missing_ok=True)
+    (index.directory / "store.sqlite").rename(index.directory / "moved.sqlite")
+    with pytest.raises(IndexCorruptedError, match="store.sqlite is missing"):
+        Index.open(index.directory, llama_magnet)
     (index.directory / "store.sqlite").write_bytes(b"not a database" * 100)
     with pytest.raises(IndexCorruptedError, match="store.sqlite"):
         Index.open(index.directory, llama_magnet)

@@ -63,6 +63,9 @@ class Encoder(Protocol):
 class Index:
     """Build with :meth:`create`, reopen with :meth:`open`; change, then :meth:`save`."""
 
+    # How long a write waits for another process's write transaction before IndexBusyError.
+    busy_timeout_s: float = 10.0
+
     def __init__(self, directory: Path, encoder: Encoder | None, manifest: Manifest, store: Store) -> None:
         self.directory = directory
         self.encoder = encoder
@@ -125,7 +128,9 @@ class Index:
             os.replace(staging, directory)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        return cls(directory, encoder, manifest, Store(directory / STORE_NAME))
+        return cls(
+            directory, encoder, manifest, Store(directory / STORE_NAME, busy_timeout_s=cls.busy_timeout_s)
+        )
 
     @classmethod
     def open(cls, directory: str | os.PathLike, encoder: Encoder | None) -> Index:
@@ -137,7 +142,9 @@ class Index:
         manifest = Manifest.load(directory)
         if encoder is not None:
             manifest.check_identity(encoder.identity.to_dict(), directory)
-        return cls(directory, encoder, manifest, Store(directory / STORE_NAME))
+        return cls(
+            directory, encoder, manifest, Store(directory / STORE_NAME, busy_timeout_s=cls.busy_timeout_s)
+        )
 
     @classmethod
     def open_or_create(cls, directory: str | os.PathLike, encoder: Encoder, **create_options: Any) -> Index:
