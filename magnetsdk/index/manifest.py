@@ -34,6 +34,8 @@ class Manifest:
     chunk_tokens: int
     chunk_overlap: int
     vector_settings: dict[str, Any] = field(default_factory=dict)  # VectorSettings fields
+    # Vectors are L2-normalised before they are stored or searched, so scores are cosine similarities.
+    normalized: bool = True
     format_version: int = FORMAT_VERSION
 
     @property
