@@ -41,8 +41,14 @@ def chunk_text(text: str, tokenizer, settings: ChunkSettings) -> list[Chunk]:
     """
     if not text.strip():
         return []
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    offsets = [tuple(o) for o in encoded["offset_mapping"]]
+    try:
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        offsets = [tuple(o) for o in encoded["offset_mapping"]]
+    except (NotImplementedError, KeyError):
+        raise ValueError(
+            f"chunking needs a fast tokenizer that reports character offsets; {type(tokenizer).__name__} "
+            "does not. Load the model's tokenizer with use_fast=True"
+        ) from None
     if len(offsets) <= settings.max_tokens:
         return [Chunk(text, 0, len(text))]
     step = settings.max_tokens - settings.overlap
