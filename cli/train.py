@@ -81,6 +81,11 @@ def train_command(config_file: Path | None, resume: bool, **overrides: Any) -> N
         raise click.ClickException(str(error)) from None
     if not result.main_process:
         return
+    # The adapted directory is also a sentence-transformers model (MagnetModule in modules.json);
+    # without these files sentence-transformers would load the adapter as a plain causal model.
+    from magnetsdk.integrations.sentence_transformers import write_sentence_transformers_files
+
+    write_sentence_transformers_files(result.output_dir)
     summary = {
         "output_dir": str(result.output_dir),
         "steps": result.steps,

@@ -146,6 +146,17 @@ def test_cli_reads_a_toml_config_and_flags_override_it(tmp_path, base_dir, data_
     summary = json.loads(result.output.strip().splitlines()[-1])
     assert summary["steps"] == 2 and summary["losses"]["msg"] > 0
     assert json.loads((tmp_path / "cli" / "train_config.json").read_text())["recipe"] == "msg-only"
+    # The adapted directory is a sentence-transformers model too, giving Magnet.encode's vectors.
+    modules = json.loads((tmp_path / "cli" / "modules.json").read_text())
+    assert modules[0]["type"] == "magnetsdk.integrations.sentence_transformers.MagnetModule"
+    from sentence_transformers import SentenceTransformer
+
+    from magnetsdk import Magnet
+
+    texts = ["the cat sat", "a dog runs"]
+    st = SentenceTransformer(str(tmp_path / "cli"), trust_remote_code=True, device="cpu")
+    expected = Magnet.from_pretrained(tmp_path / "cli", device="cpu").encode(texts)
+    assert abs(st.encode(texts) - expected).max() < 1e-5
     bad = CliRunner().invoke(cli, ["train", "--config", str(path), "--recipe", "nope"])
     assert bad.exit_code != 0 and "recipe='nope' is not one of" in bad.output
 
