@@ -14,8 +14,6 @@ import sys
 import textwrap
 import warnings
 
-import pytest
-
 from magnetsdk.index import Document, Index
 
 CHILD = textwrap.dedent(
@@ -53,20 +51,17 @@ CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("step", ["after-write", "before-commit"])
-def test_sigkill_during_save_keeps_the_previous_index(tmp_path, llama_magnet, step):
-    path = tmp_path / "idx"
-    with Index.create(path, llama_magnet) as index:
+STEPS = ["after-write", "before-commit"]
+
+
+def saved_index(path, magnet) -> list[int]:
+    with Index.create(path, magnet) as index:
         index.add([Document(f"old-{i}", f"Original document {i} about cats.") for i in range(8)])
         index.save()
-        before = [h.chunk_id for h in index.search("cats", k=8)]
+        return [h.chunk_id for h in index.search("cats", k=8)]
 
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), step],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+
+def kill_when_reached(child: subprocess.Popen, step: str) -> None:
     try:
         lines = []
         for line in child.stdout:
@@ -83,16 +78,33 @@ def test_sigkill_during_save_keeps_the_previous_index(tmp_path, llama_magnet, st
         child.stdout.close()
         child.stderr.close()
 
-    leftovers = {p.name for p in path.iterdir()}
-    assert any(name.startswith(".vectors-000002") or name == "vectors-000002.faiss" for name in leftovers)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the committed FAISS file must still match: no rebuild warning
-        index = Index.open(path, llama_magnet)
-    with index:
-        assert sorted(d.id for d in index.documents()) == [f"old-{i}" for i in range(8)]
-        assert index.stats()["generation"] == 1
-        assert [h.chunk_id for h in index.search("cats", k=8)] == before
-        # The next save works and clears the dead generation's files.
-        index.add([Document("after", "Saved after the crash.")])
-        index.save()
-    assert sorted(p.name for p in path.glob("*vectors-*")) == ["vectors-000002.faiss"]
+
+def test_sigkill_during_save_keeps_the_previous_index(tmp_path, llama_magnet):
+    paths = {step: tmp_path / step for step in STEPS}
+    before = {step: saved_index(path, llama_magnet) for step, path in paths.items()}
+    children = {  # both kill points at once: each child spends most of its time importing torch
+        step: subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(path), step],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for step, path in paths.items()
+    }
+    for step, child in children.items():
+        kill_when_reached(child, step)
+
+    for step, path in paths.items():
+        leftovers = {p.name for p in path.iterdir()}
+        assert any(name.startswith(".vectors-000002") or name == "vectors-000002.faiss" for name in leftovers)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the committed FAISS file must still match: no rebuild warning
+            index = Index.open(path, llama_magnet)
+        with index:
+            assert sorted(d.id for d in index.documents()) == [f"old-{i}" for i in range(8)], step
+            assert index.stats()["generation"] == 1
+            assert [h.chunk_id for h in index.search("cats", k=8)] == before[step]
+            # The next save works and clears the dead generation's files.
+            index.add([Document("after", "Saved after the crash.")])
+            index.save()
+        assert sorted(p.name for p in path.glob("*vectors-*")) == ["vectors-000002.faiss"]
