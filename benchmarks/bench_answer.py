@@ -39,6 +39,7 @@ from magnetsdk.answering import (
     ContextCache,
     answer_from_hits,
     decode_answer,
+    framing,
     lay_out_answer,
     reference_nll,
 )
@@ -130,14 +131,21 @@ def quality(magnet: Magnet, items: list[dict], max_new_tokens: int) -> dict:
                             hits, settings, None, retrieve,
                         )  # fmt: skip
                         record[f"{source}_{layout}"] = got.text
+                    chat, template = framing(magnet.tokenizer, settings)
                     context, prompt = lay_out_answer(
-                        magnet.tokenizer, magnet._prefix, [item["paragraph"]], item["question"]
+                        magnet.tokenizer,
+                        magnet._prefix,
+                        [item["paragraph"]],
+                        item["question"],
+                        template,
+                        chat,
                     )
                     record[f"nll_{layout}"] = reference_nll(magnet.model, context, prompt, reference, reuse)
             per_item.append(record)
             print(f"  {number + 1}/{len(items)} {item['answer']!r}: causal {record['gold_causal']!r}, "
                   f"hybrid {record['gold_hybrid']!r}", flush=True)  # fmt: skip
-    summary = {"items": len(per_item)}
+    chat, template = framing(magnet.tokenizer, AnswerSettings())
+    summary = {"items": len(per_item), "chat": chat, "template": template, "max_new_tokens": max_new_tokens}
     summary["retrieval_recall_at_1"] = sum(r["retrieved_id"] == r["id"] for r in per_item) / len(per_item)
     for layout in ("causal", "hybrid"):
         for source in ("gold", "retrieved"):

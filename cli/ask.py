@@ -41,10 +41,28 @@ def _library_errors() -> tuple[type[BaseException], ...]:
 )
 @click.option("--temperature", default=0.0, show_default=True, type=float, help="0 is greedy.")
 @click.option("--seed", default=None, type=int, help="Seed for sampling (temperature > 0).")
+@click.option(
+    "--chat/--plain",
+    default=None,
+    help="Frame chunks and question as a chat user message, or as plain text [default: chat when "
+    "the tokenizer has a chat template].",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per question instead of a table.")
 @model_options
 def ask_command(
-    directory, questions, k, max_new_tokens, reuse, temperature, seed, as_json, model, adapter, device, dtype
+    directory,
+    questions,
+    k,
+    max_new_tokens,
+    reuse,
+    temperature,
+    seed,
+    chat,
+    as_json,
+    model,
+    adapter,
+    device,
+    dtype,
 ):
     """Answer each QUESTION from the chunks of the index in DIRECTORY (built with the same model)."""
     from magnetsdk.index import Index
@@ -69,6 +87,7 @@ def ask_command(
                         reuse=reuse,
                         temperature=temperature,
                         seed=seed,
+                        chat=chat,
                     )
                 )
     except errors as error:

@@ -42,6 +42,8 @@ if TYPE_CHECKING:  # magnetsdk.index imports faiss; answering only reads the hit
     from magnetsdk.index.documents import Hit
 
 DEFAULT_TEMPLATE = "Question: {question}\nAnswer:"
+# Under a chat template the assistant's turn follows, so the prompt asks for the answer's form instead.
+CHAT_TEMPLATE = "Question: {question}\nAnswer in a few words, copied from the text."
 PASSAGE_SEPARATOR = "\n\n"
 
 
@@ -55,8 +57,11 @@ class AnswerSettings:
     temperature: float = 0.0  # 0 is greedy
     top_p: float = 1.0
     seed: int | None = None
-    template: str = DEFAULT_TEMPLATE  # the prompt after the context; must contain {question}
+    template: str | None = None  # the prompt after the context, with {question}; None: the default
     stop_at_newline: bool = True  # an answer is one line
+    # Frame context and question as one user message of the chat template (None: when the
+    # tokenizer has one). An instruction-tuned model answers a bare prompt by closing the turn.
+    chat: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or self.k < 1:
@@ -67,7 +72,7 @@ class AnswerSettings:
             raise ValueError(f"temperature={self.temperature} must be >= 0 (0 is greedy)")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
-        if "{question}" not in self.template:
+        if self.template is not None and "{question}" not in self.template:
             raise ValueError(f"template {self.template!r} must contain '{{question}}'")
 
 
@@ -181,16 +186,53 @@ def context_key(hits: list[Hit]) -> str:
 
 
 def lay_out_answer(
-    tokenizer, prefix: list[int], passages: list[str], question: str, template: str = DEFAULT_TEMPLATE
+    tokenizer,
+    prefix: list[int],
+    passages: list[str],
+    question: str,
+    template: str = DEFAULT_TEMPLATE,
+    chat: bool = False,
 ) -> tuple[list[int], list[int]]:
-    """The context ids (prefix + passages) and the prompt ids (separator + filled template)."""
-    context = (
-        list(prefix) + tokenizer(PASSAGE_SEPARATOR.join(passages), add_special_tokens=False)["input_ids"]
+    """The context ids (prefix + passages) and the prompt ids (separator + filled template).
+
+    ``chat=True`` wraps both in the tokenizer's chat template as one user message: the context
+    then starts with the template's head (system prompt, user turn) instead of ``prefix``, and the
+    prompt ends with the end of the turn and the assistant's opening.
+    """
+    passages_text = PASSAGE_SEPARATOR.join(passages)
+    tail = ""
+    if chat:
+        head, tail = _chat_frame(tokenizer)
+        context = tokenizer(head + passages_text, add_special_tokens=False)["input_ids"]
+    else:
+        context = list(prefix) + tokenizer(passages_text, add_special_tokens=False)["input_ids"]
+    prompt_text = PASSAGE_SEPARATOR + template.format(question=question) + tail
+    return context, tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+
+
+# A private-use character marks where the user's message goes when the chat template is rendered.
+_CONTENT = "\ue000"
+
+
+def _chat_frame(tokenizer) -> tuple[str, str]:
+    """The chat template's text before and after a user message's content."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("chat=True, but this tokenizer has no chat template; pass chat=False")
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": _CONTENT}], add_generation_prompt=True, tokenize=False
     )
-    prompt = tokenizer(PASSAGE_SEPARATOR + template.format(question=question), add_special_tokens=False)[
-        "input_ids"
-    ]
-    return context, prompt
+    if rendered.count(_CONTENT) != 1:
+        raise ValueError(
+            "this tokenizer's chat template does not place the user message once; pass chat=False"
+        )
+    head, tail = rendered.split(_CONTENT)
+    return head, tail
+
+
+def framing(tokenizer, settings: AnswerSettings) -> tuple[bool, str]:
+    """Whether the chat template frames the answer, and the prompt template, for these settings."""
+    chat = settings.chat if settings.chat is not None else bool(getattr(tokenizer, "chat_template", None))
+    return chat, settings.template or (CHAT_TEMPLATE if chat else DEFAULT_TEMPLATE)
 
 
 def check_question(question: object) -> str:
@@ -357,8 +399,9 @@ def answer_from_hits(
             "no chunks were retrieved for the question (the filter left none?); "
             "there is nothing to answer from"
         )
+    chat, template = framing(tokenizer, settings)
     context_ids, prompt_ids = lay_out_answer(
-        tokenizer, prefix, [h.text for h in hits], question, settings.template
+        tokenizer, prefix, [h.text for h in hits], question, template, chat
     )
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     needed = len(context_ids) + len(prompt_ids) + settings.max_new_tokens

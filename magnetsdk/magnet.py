@@ -410,17 +410,19 @@ class Magnet:
         top_p: float = 1.0,
         seed: int | None = None,
         filter: dict[str, Any] | None = None,
+        chat: bool | None = None,
     ) -> Answer:
         """Retrieve the top-``k`` chunks of ``index`` (a :class:`magnetsdk.Index` built with this
         model) and answer ``question`` from them (greedy by default; see :mod:`magnetsdk.answering`).
 
         ``reuse=True`` reads the chunks bidirectionally and decodes the answer from their cached
         keys/values (kept in :attr:`context_cache`, so the same chunks are not encoded twice);
-        ``reuse=False`` is plain causal generation over the same tokens.
+        ``reuse=False`` is plain causal generation over the same tokens. ``chat`` frames chunks and
+        question as one user message of the chat template (default: when the tokenizer has one).
         """
         import time
 
-        settings = AnswerSettings(k, max_new_tokens, reuse, temperature, top_p, seed)
+        settings = AnswerSettings(k, max_new_tokens, reuse, temperature, top_p, seed, chat=chat)
         question = check_question(question)
         index.manifest.check_identity(self.identity.to_dict(), index.directory)
         with self._lock, torch.inference_mode():

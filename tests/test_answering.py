@@ -263,3 +263,23 @@ def test_answer_set_builder_blanks_an_entity_copied_from_the_paragraph():
     assert item["answer"] == "Upper Falls" and item["article"] == "Some Article"  # names beat years
     assert "____" in item["question"] and item["answer"] not in item["question"]
     assert item["answer"] in item["paragraph"] and " ." not in item["paragraph"]
+
+
+def test_chat_framing_puts_the_chunks_in_the_user_turn(llama_magnet):
+    tokenizer = llama_magnet.tokenizer
+    context, prompt = lay_out_answer(tokenizer, [], PASSAGES, "Where?", "Q: {question}", chat=True)
+    assert tokenizer.decode(context) == "<|im_start|>user\n" + "\n\n".join(PASSAGES)
+    assert tokenizer.decode(prompt) == "\n\nQ: Where?<|im_end|>\n<|im_start|>assistant\n"
+    plain, _ = lay_out_answer(tokenizer, [7], PASSAGES, "Where?", "Q: {question}", chat=False)
+    assert plain[0] == 7 and tokenizer.decode(plain[1:]) == "\n\n".join(PASSAGES)
+    tokenizer_without = tiny_magnet("llama").tokenizer
+    tokenizer_without.chat_template = None
+    with pytest.raises(ValueError, match="no chat template"):
+        lay_out_answer(tokenizer_without, [], PASSAGES, "Where?", chat=True)
+
+
+def test_answer_framing_follows_the_chat_option(tiny_index):
+    magnet, index = tiny_index
+    chat = magnet.answer("the cat", index, k=1, max_new_tokens=2)  # the tiny tokenizer has a template
+    plain = magnet.answer("the cat", index, k=1, max_new_tokens=2, chat=False)
+    assert chat.context_tokens > plain.context_tokens and chat.prompt_tokens > plain.prompt_tokens
