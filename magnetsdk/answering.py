@@ -173,12 +173,14 @@ class ContextCache:
         return key in self._entries
 
 
-def context_key(hits: list[Hit]) -> str:
-    """The cache key of a context: its chunks' ids and the hash of their text, in order."""
+def context_key(hits: list[Hit], context_ids: list[int]) -> str:
+    """The cache key of a context: its chunks' ids and text hashes, in order, and its exact tokens
+    (which also capture the framing and the tokenizer)."""
     digest = hashlib.sha256()
     for hit in hits:
         text_hash = hashlib.sha256(hit.text.encode("utf-8")).hexdigest()
         digest.update(f"{hit.document_id}\0{hit.chunk_id}\0{text_hash}\n".encode())
+    digest.update(",".join(map(str, context_ids)).encode())
     return digest.hexdigest()
 
 
@@ -292,7 +294,7 @@ def decode_answer(
     stored = reuse and cache is not None and key is not None
     entry = cache.get(key) if stored else None
     if entry is not None and entry.length != len(context_ids):
-        entry = None  # a key collision or another tokenizer: never decode from the wrong context
+        entry = None  # never decode from a context of another length
     context = torch.tensor([context_ids], device=device)  # (1, C)
     past_valid = torch.ones_like(context, dtype=torch.bool)
     past_span = torch.zeros_like(past_valid)
@@ -431,7 +433,7 @@ def answer_from_hits(
         top_p=settings.top_p,
         seed=settings.seed,
         cache=cache,
-        key=context_key(hits),
+        key=context_key(hits, context_ids),
     )
     text = tokenizer.decode(decoded.ids, skip_special_tokens=True).strip()
     if settings.stop_at_newline:

@@ -280,6 +280,8 @@ def test_chat_framing_puts_the_chunks_in_the_user_turn(llama_magnet):
 
 def test_answer_framing_follows_the_chat_option(tiny_index):
     magnet, index = tiny_index
+    magnet.context_cache.clear()
     chat = magnet.answer("the cat", index, k=1, max_new_tokens=2)  # the tiny tokenizer has a template
     plain = magnet.answer("the cat", index, k=1, max_new_tokens=2, chat=False)
     assert chat.context_tokens > plain.context_tokens and chat.prompt_tokens > plain.prompt_tokens
+    assert not plain.cache_hit and len(magnet.context_cache) == 2  # the same chunks, framed otherwise
