@@ -8,9 +8,11 @@
    Runs are interleaved (causal, miss, hit, causal, ...) and the median of ``--repeats`` is
    reported, so load from other processes on a shared machine hits every case alike.
 2. Quality, on the set built by ``scripts/build_answer_set.py``: each question answered from its
-   own paragraph (``gold``) and, end to end, from the top-1 chunk retrieved from an index of all
-   paragraphs (``retrieved``), under both layouts: exact match of the copied entity, the answer
-   containing it, and the mean negative log-likelihood (nats/token) of the reference answer.
+   own paragraph (``gold``; with ``--retrieved`` also end to end, from the top-1 chunk of an index of
+   all paragraphs) under both layouts: exact match of the copied entity, the answer containing it,
+   and the mean negative log-likelihood (nats/token) of the reference answer after the prompt.
+   Retrieval recall@1 of the question's own paragraph is always reported. The JSON is rewritten
+   after every question, so a run stopped early keeps the figures of the questions it finished.
 
 Prints tables and writes JSON.
 
@@ -28,7 +30,7 @@ import statistics
 import string
 import sys
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -107,52 +109,56 @@ def normalize(text: str) -> str:
     return " ".join(text.split())
 
 
-def quality(magnet: Magnet, items: list[dict], max_new_tokens: int) -> dict:
-    """Gold-paragraph and retrieved (top-1) answers under both layouts."""
-    per_item = []
+def quality(
+    magnet: Magnet, items: list[dict], max_new_tokens: int, retrieved: bool, on_item: Callable[[dict], None]
+) -> dict:
+    """Answers from the gold paragraph (and, with ``retrieved``, from the top-1 retrieved chunk)
+    under both layouts; ``on_item`` gets the result so far after every question."""
+    sources = ("gold", "retrieved") if retrieved else ("gold",)
+    chat, template = framing(magnet.tokenizer, AnswerSettings())
+    per_item: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         index = Index.create(Path(tmp) / "idx", magnet, chunk_tokens=512, chunk_overlap=0)
         index.add([{"id": item["id"], "text": item["paragraph"]} for item in items])
         index.save()
         for number, item in enumerate(items):
-            gold_hit = Hit(1.0, item["id"], -1 - number, item["paragraph"], {}, 0, len(item["paragraph"]))
-            retrieve_started = time.perf_counter()
-            retrieved = index.search(item["question"], k=1)
-            retrieve = time.perf_counter() - retrieve_started
-            record = {"id": item["id"], "answer": item["answer"], "retrieved_id": retrieved[0].document_id}
+            hits = {
+                "gold": [Hit(1.0, item["id"], -1 - number, item["paragraph"], {}, 0, len(item["paragraph"]))]
+            }
+            hits["retrieved"] = index.search(item["question"], k=1)
+            record = {
+                "id": item["id"],
+                "answer": item["answer"],
+                "retrieved_id": hits["retrieved"][0].document_id,
+            }
             reference = magnet.tokenizer(" " + item["answer"], add_special_tokens=False)["input_ids"]
+            context, prompt = lay_out_answer(
+                magnet.tokenizer, magnet._prefix, [item["paragraph"]], item["question"], template, chat
+            )
             for reuse in (False, True):
                 layout = "hybrid" if reuse else "causal"
                 settings = AnswerSettings(k=1, max_new_tokens=max_new_tokens, reuse=reuse)
                 with magnet.lock, torch.inference_mode():
-                    for source, hits in (("gold", [gold_hit]), ("retrieved", retrieved)):
+                    for source in sources:
                         got = answer_from_hits(
                             magnet.model, magnet.tokenizer, magnet._prefix, magnet.layout, item["question"],
-                            hits, settings, None, retrieve,
+                            hits[source], settings,
                         )  # fmt: skip
                         record[f"{source}_{layout}"] = got.text
-                    chat, template = framing(magnet.tokenizer, settings)
-                    context, prompt = lay_out_answer(
-                        magnet.tokenizer,
-                        magnet._prefix,
-                        [item["paragraph"]],
-                        item["question"],
-                        template,
-                        chat,
-                    )
                     record[f"nll_{layout}"] = reference_nll(magnet.model, context, prompt, reference, reuse)
             per_item.append(record)
             print(f"  {number + 1}/{len(items)} {item['answer']!r}: causal {record['gold_causal']!r}, "
                   f"hybrid {record['gold_hybrid']!r}", flush=True)  # fmt: skip
-    chat, template = framing(magnet.tokenizer, AnswerSettings())
-    summary = {"items": len(per_item), "chat": chat, "template": template, "max_new_tokens": max_new_tokens}
-    summary["retrieval_recall_at_1"] = sum(r["retrieved_id"] == r["id"] for r in per_item) / len(per_item)
-    for layout in ("causal", "hybrid"):
-        for source in ("gold", "retrieved"):
-            answers = [(normalize(r[f"{source}_{layout}"]), normalize(r["answer"])) for r in per_item]
-            summary[f"{source}_{layout}_exact_match"] = sum(a == b for a, b in answers) / len(answers)
-            summary[f"{source}_{layout}_contains"] = sum(b in a for a, b in answers) / len(answers)
-        summary[f"reference_nll_{layout}"] = statistics.mean(r[f"nll_{layout}"] for r in per_item)
+            summary = {"items": len(per_item), "of": len(items), "chat": chat, "template": template}
+            summary["max_new_tokens"] = max_new_tokens
+            summary["retrieval_recall_at_1"] = statistics.mean(r["retrieved_id"] == r["id"] for r in per_item)
+            for layout in ("causal", "hybrid"):
+                for source in sources:
+                    pairs = [(normalize(r[f"{source}_{layout}"]), normalize(r["answer"])) for r in per_item]
+                    summary[f"{source}_{layout}_exact_match"] = statistics.mean(a == b for a, b in pairs)
+                    summary[f"{source}_{layout}_contains"] = statistics.mean(b in a for a, b in pairs)
+                summary[f"reference_nll_{layout}"] = statistics.mean(r[f"nll_{layout}"] for r in per_item)
+            on_item({"summary": summary, "items": per_item})
     return {"summary": summary, "items": per_item}
 
 
@@ -178,6 +184,9 @@ def main() -> None:
     parser.add_argument("--answer-set", type=Path, default=ANSWER_SET)
     parser.add_argument("--quality-tokens", type=int, default=12, help="Longest answer in the quality check.")
     parser.add_argument("--limit", type=int, default=None, help="Use the first N questions only.")
+    parser.add_argument(
+        "--retrieved", action="store_true", help="Also answer from the top-1 retrieved chunk (end to end)."
+    )
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "answer.json")
@@ -210,19 +219,24 @@ def main() -> None:
         lines = args.answer_set.read_text(encoding="utf-8").splitlines()
         items = [json.loads(line) for line in lines if line][: args.limit]
         print(f"quality: {len(items)} questions from {args.answer_set}", flush=True)
-        result["quality"] = quality(magnet, items, args.quality_tokens)
-        result["quality"]["answer_set"] = str(args.answer_set.relative_to(ROOT))
+
+        def save_partial(partial: dict) -> None:  # a run stopped early still leaves its figures
+            result["quality"] = {**partial, "answer_set": str(args.answer_set.relative_to(ROOT))}
+            atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+
+        quality(magnet, items, args.quality_tokens, args.retrieved, save_partial)
         s = result["quality"]["summary"]
+        sources = ("gold", "retrieved") if args.retrieved else ("gold",)
         print(f"retrieval recall@1: {s['retrieval_recall_at_1']:.3f}")
         print_table(
-            ["layout", "gold EM", "gold contains", "retrieved EM", "retrieved contains", "reference NLL"],
+            ["layout"] + [f"{x} {m}" for x in sources for m in ("EM", "contains")] + ["reference NLL"],
             [
-                [layout, f"{s[f'gold_{layout}_exact_match']:.3f}", f"{s[f'gold_{layout}_contains']:.3f}",
-                 f"{s[f'retrieved_{layout}_exact_match']:.3f}", f"{s[f'retrieved_{layout}_contains']:.3f}",
-                 f"{s[f'reference_nll_{layout}']:.3f}"]
+                [layout]
+                + [f"{s[f'{x}_{layout}_{m}']:.3f}" for x in sources for m in ("exact_match", "contains")]
+                + [f"{s[f'reference_nll_{layout}']:.3f}"]
                 for layout in ("causal", "hybrid")
             ],
-        )  # fmt: skip
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
