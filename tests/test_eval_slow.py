@@ -32,7 +32,7 @@ def test_sts_matches_sentence_transformers_evaluator(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from magnetsdk.cli.main import cli
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
+    from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
 
     from magnetsdk.eval.result import EvalResult
     from magnetsdk.eval.sts import read_sts
