@@ -131,7 +131,9 @@ def quality(
                 "answer": item["answer"],
                 "retrieved_id": hits["retrieved"][0].document_id,
             }
-            reference = magnet.tokenizer(" " + item["answer"], add_special_tokens=False)["input_ids"]
+            # After "Answer:" an answer starts with a space; at the start of an assistant turn, without.
+            written = item["answer"] if chat else " " + item["answer"]
+            reference = magnet.tokenizer(written, add_special_tokens=False)["input_ids"]
             context, prompt = lay_out_answer(
                 magnet.tokenizer, magnet._prefix, [item["paragraph"]], item["question"], template, chat
             )
