@@ -16,7 +16,9 @@ An answer is laid out as one sequence, the same way for both attention modes::
 - ``reuse=False`` (the baseline): the same tokens, read with the model's native causal attention;
   nothing is cached between calls.
 
-Position ids count real tokens, so the span block continues at ``C`` (the layout's rule).
+Position ids count real tokens, so the span block continues at ``C`` (the layout's rule). With a
+chat template (``chat``), the context opens with the template's head and the prompt closes the user
+turn and opens the assistant's; the split between context and span block is the same.
 
 This module knows nothing about indexes or thread safety: :meth:`magnetsdk.Magnet.answer` retrieves
 the hits and holds the model's lock; here the hits become tokens, keys/values and an answer.
