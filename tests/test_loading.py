@@ -100,6 +100,7 @@ def test_config_round_trip_and_versions(tmp_path):
     config.save(tmp_path)
     assert MagnetConfig.load(tmp_path) == config
     assert not list(tmp_path.glob("*.tmp"))  # the atomic write left nothing behind
+    assert (tmp_path / CONFIG_NAME).stat().st_mode & 0o044  # readable by others, as any saved file
     data = json.loads((tmp_path / CONFIG_NAME).read_text())
     data["format_version"] = FORMAT_VERSION + 1
     (tmp_path / CONFIG_NAME).write_text(json.dumps(data))
