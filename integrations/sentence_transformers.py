@@ -49,7 +49,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule, Normalize
 
 from magnetsdk.attention import AttentionMode
-from magnetsdk.config import CONFIG_NAME, atomic_write_text
+from magnetsdk.config import CONFIG_NAME, atomic_write_text, current_umask
 from magnetsdk.encoding import EncodeInput, pad_batch, pool, prepare
 from magnetsdk.forward import run_decoder
 from magnetsdk.magnet import Magnet
@@ -335,7 +335,7 @@ def save_model_directory(
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     old: Path | None = None
     try:
-        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it owner-only; a model directory is not secret
+        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it owner-only; a model directory is not secret
         MagnetModule(magnet).save(str(tmp))
         write_sentence_transformers_files(tmp, prompts, default_prompt_name)
         if target.exists():
@@ -360,12 +360,6 @@ def save_model_directory(
 
 def _class_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def magnet_of(model: SentenceTransformer) -> Magnet:
