@@ -66,6 +66,9 @@ def eval_group() -> None:
 )
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-length", default=None, type=click.IntRange(min=8), help="[default: the model's]")
+@click.option(
+    "--echo/--no-echo", default=None, help="Echo embeddings: each text twice [default: the model's]."
+)
 @_common
 def sts(
     files,
@@ -75,6 +78,7 @@ def sts(
     attention,
     batch_size,
     max_length,
+    echo,
     limit,
     output,
     model,
@@ -90,7 +94,7 @@ def sts(
     from magnetsdk.eval.sts import evaluate_sts
 
     if is_sentence_transformers_dir(model):
-        if adapter or instruction is not None or pooling or attention or max_length:
+        if adapter or instruction is not None or pooling or attention or max_length or echo is not None:
             raise click.UsageError(
                 "a sentence-transformers model is encoded as it is: drop --adapter, --instruction, "
                 "--pooling, --attention and --max-length"
@@ -98,7 +102,7 @@ def sts(
         encoder = load_sentence_transformer(model, device)
     else:
         encoder = MagnetEncoder(
-            open_magnet(model, adapter, device, dtype), instruction, pooling, attention, max_length
+            open_magnet(model, adapter, device, dtype), instruction, pooling, attention, max_length, echo
         )
     _run("sts", output, lambda: evaluate_sts(encoder, list(files), fmt, limit, batch_size))
 

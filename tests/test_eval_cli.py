@@ -142,3 +142,25 @@ def _write(tmp_path, lines):
     path = tmp_path / "wiki.tokens"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return str(path)
+
+
+def test_sts_echo_option_and_magnet_directories_with_modules_json(model_dir, data, tmp_path):
+    from magnetsdk import Magnet
+
+    plain = run("sts", str(data / "pairs.tsv"), "--model", model_dir, "--output", str(tmp_path / "a.json"))
+    echoed = run(
+        "sts", str(data / "pairs.tsv"), "--model", model_dir, "--echo", "--output", str(tmp_path / "b.json")
+    )
+    assert plain.exit_code == 0 and echoed.exit_code == 0, echoed.output
+    assert EvalResult.load(tmp_path / "b.json").settings["echo"] is True
+    assert EvalResult.load(tmp_path / "a.json").settings["echo"] is False
+    # A saved magnetsdk directory also carries modules.json; it is still evaluated as a Magnet,
+    # so magnetsdk's options apply to it.
+    saved = tmp_path / "saved"
+    Magnet.from_pretrained(model_dir).save(saved)
+    assert (saved / "modules.json").is_file()
+    result = run(
+        "sts", str(data / "pairs.tsv"), "--model", str(saved), "--echo", "--output", str(tmp_path / "c.json")
+    )
+    assert result.exit_code == 0, result.output
+    assert EvalResult.load(tmp_path / "c.json").figures == EvalResult.load(tmp_path / "b.json").figures

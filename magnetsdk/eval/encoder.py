@@ -30,6 +30,7 @@ class MagnetEncoder:
     pooling: str | None = None
     attention: str | None = None
     max_length: int | None = None
+    echo: bool | None = None
 
     def encode_texts(self, texts: list[str], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
         return self.magnet.encode(
@@ -41,6 +42,7 @@ class MagnetEncoder:
             pooling=self.pooling,
             attention=self.attention,
             show_progress=show_progress,
+            echo=self.echo,
         )
 
     def identity(self) -> dict[str, Any]:
@@ -54,6 +56,7 @@ class MagnetEncoder:
             "pooling": self.pooling or config.pooling.value,
             "attention": self.attention or config.encode_attention.value,
             "max_length": self.max_length or config.max_length,
+            "echo": config.echo if self.echo is None else self.echo,
         }
 
 
@@ -83,8 +86,15 @@ class SentenceTransformerEncoder:
 
 
 def is_sentence_transformers_dir(path: str | None) -> bool:
-    """A saved sentence-transformers model is a directory with ``modules.json``."""
-    return path is not None and (Path(path).expanduser() / "modules.json").is_file()
+    """A saved sentence-transformers model is a directory with ``modules.json``.
+
+    A magnetsdk model directory (``magnet_config.json``) has one too, but is evaluated as a Magnet:
+    the same vectors, without going through sentence-transformers.
+    """
+    if path is None:
+        return False
+    directory = Path(path).expanduser()
+    return (directory / "modules.json").is_file() and not (directory / "magnet_config.json").is_file()
 
 
 def load_sentence_transformer(path: str, device: str = "auto") -> SentenceTransformerEncoder:
