@@ -37,6 +37,7 @@ import torch
 
 from magnetsdk.attention import AttentionMode
 from magnetsdk.forward import logits_at, run_decoder
+from magnetsdk.generation import check_decoding
 from magnetsdk.infilling import pick_tokens
 from magnetsdk.layout import LayoutTokens
 
@@ -68,12 +69,7 @@ class AnswerSettings:
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or self.k < 1:
             raise ValueError(f"k={self.k!r} must be an integer of at least 1 (chunks to retrieve)")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be at least 1")
-        if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature} must be >= 0 (0 is greedy)")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
+        check_decoding(self.max_new_tokens, self.temperature, self.top_p)
         if self.template is not None and "{question}" not in self.template:
             raise ValueError(f"template {self.template!r} must contain '{{question}}'")
 

@@ -12,6 +12,16 @@ from dataclasses import dataclass
 import torch
 
 
+def check_decoding(max_new_tokens: int, temperature: float, top_p: float) -> None:
+    """The checks every decoding loop's settings share (generate, infill, answer)."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
+    if temperature < 0:
+        raise ValueError(f"temperature={temperature} must be >= 0 (0 is greedy)")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p={top_p} must be in (0, 1]")
+
+
 @dataclass
 class GenerationSettings:
     max_new_tokens: int = 64
@@ -22,12 +32,7 @@ class GenerationSettings:
     chat: bool = False  # wrap the prompt in the tokenizer's chat template
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be at least 1")
-        if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature} must be >= 0 (0 is greedy)")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
+        check_decoding(self.max_new_tokens, self.temperature, self.top_p)
         if self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty={self.repetition_penalty} must be > 0 (1.0 disables it)")
 

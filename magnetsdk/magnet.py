@@ -22,7 +22,7 @@ from magnetsdk.attention import AttentionMode
 from magnetsdk.config import MagnetConfig, Pooling, choice
 from magnetsdk.encoding import embed, prepare, special_prefix
 from magnetsdk.forward import lm_head
-from magnetsdk.generation import GenerationSettings, generate_texts
+from magnetsdk.generation import GenerationSettings, check_decoding, generate_texts
 from magnetsdk.infilling import DEFAULT_GAP_MARKER, InfillResult, decode_spans, split_gaps
 from magnetsdk.layout import LayoutTokens, resolve_layout_tokens
 from magnetsdk.loading import (
@@ -331,8 +331,7 @@ class Magnet:
                 raise ValueError("pass either text or left/right, not both")
             single = isinstance(text, str)
             texts = [text] if single else list(text)
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
+        check_decoding(max_new_tokens, temperature, top_p)
         pieces = [split_gaps(t, gap_marker) for t in texts]
         results: list[InfillResult] = []
         with self._lock, torch.inference_mode():

@@ -101,6 +101,10 @@ def test_bad_input(llama_magnet):
         llama_magnet.infill()
     with pytest.raises(ValueError, match="max_new_tokens"):
         llama_magnet.infill("a [GAP]", max_new_tokens=0)
+    with pytest.raises(ValueError, match="temperature"):
+        llama_magnet.infill("a [GAP]", temperature=-1)
+    with pytest.raises(ValueError, match="top_p"):
+        llama_magnet.infill("a [GAP]", top_p=0)
 
 
 def test_span_state_machine():
