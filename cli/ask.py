@@ -9,23 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from magnetsdk.cli.index import fail, library_errors
 from magnetsdk.cli.options import model_options, open_magnet, print_jsonl, print_table
-
-
-def _library_errors() -> tuple[type[BaseException], ...]:
-    from magnetsdk.index import errors
-
-    return (
-        errors.IndexNotFoundError,
-        errors.IndexMismatchError,
-        errors.IndexCorruptedError,
-        errors.IndexBusyError,
-        errors.EmptyIndexError,
-        FileNotFoundError,
-        LookupError,
-        TypeError,
-        ValueError,
-    )
 
 
 @click.command("ask")
@@ -68,11 +53,12 @@ def ask_command(
     from magnetsdk.index import Index
     from magnetsdk.index.manifest import Manifest
 
-    errors = _library_errors()
+    # The index commands' errors, plus a question that is not text or an index with no match.
+    errors = (*library_errors(), LookupError, TypeError)
     try:
         Manifest.load(directory)  # a missing or damaged index fails before the model loads
     except errors as error:
-        raise click.ClickException(str(error).strip("'\"")) from None
+        raise fail(error) from None
     magnet = open_magnet(model, adapter, device, dtype)
     answers = []
     try:
@@ -91,7 +77,7 @@ def ask_command(
                     )
                 )
     except errors as error:
-        raise click.ClickException(str(error).strip("'\"")) from None
+        raise fail(error) from None
     if as_json:
         print_jsonl([{"question": q, **a.to_dict()} for q, a in zip(questions, answers, strict=True)])
         return

@@ -18,7 +18,7 @@ from magnetsdk.cli.options import model_options, open_magnet, print_jsonl, print
 INDEX_TYPES = ["exact", "hnsw", "ivfpq", "auto"]
 
 
-def _library_errors() -> tuple[type[BaseException], ...]:
+def library_errors() -> tuple[type[BaseException], ...]:
     from magnetsdk.index import errors
 
     return (
@@ -33,7 +33,7 @@ def _library_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def _fail(error: BaseException) -> click.ClickException:
+def fail(error: BaseException) -> click.ClickException:
     return click.ClickException(str(error).strip("'\""))
 
 
@@ -94,7 +94,7 @@ def index_command(
     try:
         sources = read_sources(list(paths), text_field=text_field)
     except FileNotFoundError as error:
-        raise _fail(error) from None
+        raise fail(error) from None
     main_process = _rank() == 0
     if main_process:
         for where, why in sources.skipped:
@@ -115,8 +115,8 @@ def index_command(
     options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     try:
         report = upsert_sharded(out, magnet, sources.documents, options, batch_size, progress=not quiet)
-    except _library_errors() as error:
-        raise _fail(error) from None
+    except library_errors() as error:
+        raise fail(error) from None
     if report is None:
         return
     summary = {
@@ -160,8 +160,8 @@ def _print_stats(directory: Path, as_json: bool) -> None:
     try:
         with Index.open(directory, None) as index:
             facts = index.stats()
-    except _library_errors() as error:
-        raise _fail(error) from None
+    except library_errors() as error:
+        raise fail(error) from None
     if as_json:
         print_jsonl([facts])
         return
@@ -201,14 +201,14 @@ def search_command(directory, queries, k, filters, as_json, model, adapter, devi
     where = _parse_filters(filters)
     try:
         Manifest.load(directory)  # a missing or damaged index fails before the model loads
-    except _library_errors() as error:
-        raise _fail(error) from None
+    except library_errors() as error:
+        raise fail(error) from None
     magnet = open_magnet(model, adapter, device, dtype)
     try:
         with Index.open(directory, magnet) as index:
             results = index.search(list(queries), k=k, filter=where or None)
-    except _library_errors() as error:
-        raise _fail(error) from None
+    except library_errors() as error:
+        raise fail(error) from None
     records = [
         {"query": query, "rank": rank, **hit.to_dict()}
         for query, hits in zip(queries, results, strict=True)
