@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
-from magnetsdk.testing import ARCHITECTURES, tiny_magnet
+from magnetsdk.testing import _CORPUS, ARCHITECTURES, tiny_magnet, tiny_model, tiny_tokenizer
 
 
 @pytest.fixture(scope="session", params=sorted(ARCHITECTURES))
@@ -14,3 +15,29 @@ def magnet(request):
 @pytest.fixture(scope="session")
 def llama_magnet():
     return tiny_magnet("llama")
+
+
+@pytest.fixture(scope="session")
+def base_dir(tmp_path_factory):
+    """A tiny Llama base model and its tokenizer saved as a plain Hugging Face directory (read-only)."""
+    directory = tmp_path_factory.mktemp("tiny-base")
+    tiny_model().save_pretrained(directory)
+    tiny_tokenizer().save_pretrained(directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="session")
+def data_file(tmp_path_factory):
+    """The tiny tokenizer's corpus as a training text file, one text per line."""
+    path = tmp_path_factory.mktemp("data") / "text.txt"
+    path.write_text("\n".join(sorted(set(_CORPUS))) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module: tiny matrices on a shared 2-core machine run ~10x faster."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

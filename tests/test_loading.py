@@ -11,15 +11,7 @@ import torch
 from magnetsdk import Magnet, MagnetConfig, ModelNotFoundError
 from magnetsdk.config import CONFIG_NAME, FORMAT_VERSION
 from magnetsdk.loading import magnet_home, pick_dtype, resolve
-from magnetsdk.testing import tiny_model, tiny_tokenizer
-
-
-@pytest.fixture(scope="module")
-def base_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("tiny-base")
-    tiny_model("llama").save_pretrained(directory)
-    tiny_tokenizer().save_pretrained(directory)
-    return directory
+from magnetsdk.testing import tiny_model
 
 
 def test_plain_directory_loads_as_an_unadapted_model(base_dir):

@@ -17,39 +17,15 @@ import sys
 import time
 
 import pytest
-import torch
 from magnetsdk.train.checkpoint import list_checkpoints
 from magnetsdk.train.config import TrainConfig
 from magnetsdk.train.metrics import read_metrics
 from magnetsdk.train.trainer import train
 
-from magnetsdk.testing import _CORPUS, tiny_model, tiny_tokenizer
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 TOLERANCE = 1e-4
 LOSSES = ("mntp", "sscl", "msg", "loss")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def base_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("tiny-base")
-    tiny_model().save_pretrained(directory)
-    tiny_tokenizer().save_pretrained(directory)
-    return str(directory)
-
-
-@pytest.fixture(scope="module")
-def data_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "text.txt"
-    path.write_text("\n".join(sorted(set(_CORPUS))) + "\n")
-    return str(path)
 
 
 def settings(base_dir, data_file, output_dir, **overrides) -> dict:

@@ -20,29 +20,7 @@ from magnetsdk.attention import AttentionMode
 from magnetsdk.config import Pooling
 from magnetsdk.testing import _CORPUS, tiny_model, tiny_tokenizer
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Tiny matrices on a shared 2-core machine run ~10x faster on one thread.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def base_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("tiny-base")
-    tiny_model().save_pretrained(directory)
-    tiny_tokenizer().save_pretrained(directory)
-    return str(directory)
-
-
-@pytest.fixture(scope="module")
-def data_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "text.txt"
-    path.write_text("\n".join(sorted(set(_CORPUS))) + "\n")
-    return str(path)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(tmp_path, base_dir, data_file, **overrides):
