@@ -69,6 +69,20 @@ def eval_group() -> None:
 @click.option(
     "--echo/--no-echo", default=None, help="Echo embeddings: each text twice [default: the model's]."
 )
+@click.option(
+    "--principal-shift",
+    type=click.Choice(["shift", "remove"]),
+    default=None,
+    help="Fit the first principal component on --shift-texts and shift by it (e + w*v1) or remove "
+    "it [default: the model's stored shift, if any].",
+)
+@click.option("--shift-weight", default=1.0, show_default=True, type=float, help="w of e + w*v1.")
+@click.option(
+    "--shift-texts",
+    type=_FILE,
+    default=None,
+    help="Texts to fit the component on: one per line (.jsonl: 'text'). Not the evaluated pairs.",
+)
 @_common
 def sts(
     files,
@@ -79,6 +93,9 @@ def sts(
     batch_size,
     max_length,
     echo,
+    principal_shift,
+    shift_weight,
+    shift_texts,
     limit,
     output,
     model,
@@ -101,10 +118,34 @@ def sts(
             )
         encoder = load_sentence_transformer(model, device)
     else:
-        encoder = MagnetEncoder(
-            open_magnet(model, adapter, device, dtype), instruction, pooling, attention, max_length, echo
-        )
+        magnet = open_magnet(model, adapter, device, dtype)
+        encoder = MagnetEncoder(magnet, instruction, pooling, attention, max_length, echo)
+        if (principal_shift is None) != (shift_texts is None):
+            raise click.UsageError("--principal-shift and --shift-texts go together: give both or neither")
+        if principal_shift is not None:
+            _fit_shift(encoder, shift_texts, principal_shift, shift_weight, batch_size)
     _run("sts", output, lambda: evaluate_sts(encoder, list(files), fmt, limit, batch_size))
+
+
+def _fit_shift(encoder, texts_file: Path, mode: str, weight: float, batch_size: int) -> None:
+    """Fit the principal component with the evaluation's own encode options."""
+    from magnetsdk.eval.texts import read_texts
+
+    try:
+        texts = read_texts(texts_file, "text")
+        encoder.magnet.fit_principal_component(
+            texts,
+            mode,
+            weight,
+            instruction=encoder.instruction,
+            pooling=encoder.pooling,
+            attention=encoder.attention,
+            max_length=encoder.max_length,
+            echo=encoder.echo,
+            batch_size=batch_size,
+        )
+    except ValueError as error:
+        raise click.ClickException(f"cannot fit the principal component on {texts_file}: {error}") from None
 
 
 @eval_group.command()

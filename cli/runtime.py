@@ -1,4 +1,4 @@
-"""``magnet encode | infill | generate | info | demo``: the runtime surfaces of one model."""
+"""``magnet encode | infill | generate | info | explain | shift | demo``: the runtime surfaces of one model."""
 
 from __future__ import annotations
 
@@ -250,6 +250,35 @@ def explain(texts, input_file, model, adapter, device, dtype, top_k, fmt):
 
 
 @click.command()
+@click.argument("texts", nargs=-1)
+@_INPUT
+@model_options
+@click.option("--mode", type=click.Choice(["shift", "remove"]), default="shift", show_default=True)
+@click.option("--weight", default=1.0, show_default=True, type=float, help="w of e + w*v1 (mode shift).")
+@click.option(
+    "--output",
+    "-o",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for the model with its stored shift (Magnet.save: merged weights).",
+)
+def shift(texts, input_file, model, adapter, device, dtype, mode, weight, output):
+    """Fit the first principal component of the embeddings of TEXTS and save the model with it.
+
+    Every later encode of the saved model applies e + w*v1 (or removes v1), also through
+    sentence-transformers. Fit on a sample of the texts you will embed, not on evaluation data.
+    """
+    items = gather_texts(texts, input_file)
+    magnet = open_magnet(model, adapter, device, dtype)
+    try:
+        fitted = magnet.fit_principal_component(items, mode, weight)
+        magnet.save(output)
+    except (ValueError, FileExistsError) as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(f"fitted {fitted.describe()} on {len(items)} texts; saved {output}", err=True)
+
+
+@click.command()
 @model_options
 def demo(model, adapter, device, dtype):
     """Encode and compare sentences, infill a gap and generate a continuation."""
@@ -258,4 +287,4 @@ def demo(model, adapter, device, dtype):
     run_demo(open_magnet(model, adapter, device, dtype), echo=click.echo)
 
 
-COMMANDS = [encode, infill, generate, info, explain, demo]
+COMMANDS = [encode, infill, generate, info, explain, shift, demo]

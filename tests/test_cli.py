@@ -100,3 +100,16 @@ def test_explain_lists_key_tokens(model_dir):
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
     assert record["text"] == "the cat sat" and len(record["tokens"]) == 3
+
+
+def test_shift_fits_and_saves_a_model_that_applies_it(model_dir, tmp_path):
+    texts = [f"text {i} about {w}" for i, w in enumerate("abcdefgh")]
+    out = tmp_path / "shifted"
+    result = run("shift", "--model", model_dir, "--mode", "shift", "--weight", "2", "-o", str(out), *texts)
+    assert result.exit_code == 0, result.output
+    saved = Magnet.from_pretrained(out)
+    assert saved.principal_shift is not None and saved.principal_shift.weight == 2.0
+    plain = Magnet.from_pretrained(model_dir)
+    raw = plain.encode(["the cat"], normalize=False)
+    expected = raw + 2.0 * saved.principal_shift.component
+    np.testing.assert_allclose(saved.encode(["the cat"], normalize=False), expected, atol=1e-4)

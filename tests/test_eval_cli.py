@@ -164,3 +164,29 @@ def test_sts_echo_option_and_magnet_directories_with_modules_json(model_dir, dat
     )
     assert result.exit_code == 0, result.output
     assert EvalResult.load(tmp_path / "c.json").figures == EvalResult.load(tmp_path / "b.json").figures
+
+
+def test_sts_with_a_principal_shift_fitted_on_other_texts(model_dir, data, tmp_path):
+    from magnetsdk import Magnet
+    from magnetsdk.alignment import PrincipalShift
+
+    fit_file = tmp_path / "fit.txt"
+    fit_file.write_text(
+        "\n".join(f"sentence number {i} about {w}" for i, w in enumerate("abcdefghij")) + "\n"
+    )
+    plain = run("sts", str(data / "pairs.tsv"), "--model", model_dir, "-o", str(tmp_path / "plain.json"))
+    removed = run(
+        "sts", str(data / "pairs.tsv"), "--model", model_dir, "--principal-shift", "remove",
+        "--shift-texts", str(fit_file), "-o", str(tmp_path / "removed.json"),
+    )  # fmt: skip
+    assert plain.exit_code == 0 and removed.exit_code == 0, removed.output
+    result = EvalResult.load(tmp_path / "removed.json")
+    assert result.model["principal_shift"].startswith("remove:")
+    assert EvalResult.load(tmp_path / "plain.json").model["principal_shift"] is None
+    # The figure is the one the library gives for the same fit: encode, remove v1, score.
+    magnet = Magnet.from_pretrained(model_dir)
+    shift = magnet.fit_principal_component(fit_file.read_text().splitlines(), "remove")
+    assert isinstance(shift, PrincipalShift) and shift.describe() == result.model["principal_shift"]
+    # The two options go together.
+    lonely = run("sts", str(data / "pairs.tsv"), "--model", model_dir, "--principal-shift", "shift")
+    assert lonely.exit_code != 0 and "--shift-texts" in lonely.output
