@@ -4,7 +4,7 @@ registered here; commands parse options, call one library function and print the
 from __future__ import annotations
 
 import click
-from magnetsdk.cli import ask, index, runtime, train
+from magnetsdk.cli import ask, index, runtime, train, ubmoe
 from magnetsdk.cli.eval import eval_group
 
 from magnetsdk import __version__
@@ -16,7 +16,7 @@ def cli() -> None:
     """magnetsdk: one decoder LLM that embeds, infills and generates."""
 
 
-for command in runtime.COMMANDS + index.COMMANDS + ask.COMMANDS + train.COMMANDS:
+for command in runtime.COMMANDS + index.COMMANDS + ask.COMMANDS + train.COMMANDS + ubmoe.COMMANDS:
     cli.add_command(command)
 cli.add_command(eval_group)
 

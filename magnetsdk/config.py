@@ -25,7 +25,7 @@ from typing import Any
 from magnetsdk.attention import AttentionMode
 
 CONFIG_NAME = "magnet_config.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: ``mixture`` (UBMoE); version 1 files have none
 DEFAULT_INSTRUCTION = "Given the sentence, find its representation:"
 
 
@@ -49,6 +49,8 @@ class MagnetConfig:
     adapted: bool = True
     # How the model was trained (recipe, data, steps, scores): free-form, written by training.
     training: dict[str, Any] = field(default_factory=dict)
+    # A UBMoE expert mixture (magnetsdk.experts.MixtureConfig as a dict); empty for other models.
+    mixture: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
@@ -116,6 +118,8 @@ def _upgrade(data: dict[str, Any], source: str) -> dict[str, Any]:
             f"{source} has format_version {version}, newer than this magnetsdk reads "
             f"({FORMAT_VERSION}); upgrade magnetsdk"
         )
+    if version < 2:
+        data.setdefault("mixture", {})
     data["format_version"] = FORMAT_VERSION
     return data
 

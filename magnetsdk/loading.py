@@ -147,7 +147,7 @@ def resolve(name_or_path: str | os.PathLike | None) -> Resolved:
 def _resolve_directory(path: Path) -> Resolved:
     has_magnet = (path / CONFIG_NAME).is_file()
     config = MagnetConfig.load(path) if has_magnet else None
-    if (path / ADAPTER_CONFIG).is_file():
+    if (path / ADAPTER_CONFIG).is_file() or (config is not None and config.mixture):
         if config is None or not config.base_model:
             raise ModelNotFoundError(
                 f"{path} holds an adapter but no {CONFIG_NAME} naming its base model; "
@@ -199,10 +199,29 @@ def pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
     return choices[dtype]
 
 
+def adapter_sha256(directory: Path) -> str | None:
+    """The hash of an adapter directory's weights (a UBMoE mixture's: stage-1 adapter and gates)."""
+    if (directory / ADAPTER_WEIGHTS).is_file():
+        return file_sha256(directory / ADAPTER_WEIGHTS)
+    if (directory / CONFIG_NAME).is_file() and MagnetConfig.load(directory).mixture:
+        from magnetsdk.experts import mixture_sha256
+
+        return mixture_sha256(directory)
+    return None
+
+
 def load_model_and_tokenizer(
-    resolved: Resolved, device: torch.device, dtype: torch.dtype, attn_implementation: str = "sdpa"
+    resolved: Resolved,
+    device: torch.device,
+    dtype: torch.dtype,
+    attn_implementation: str = "sdpa",
+    apply_adapter: bool = True,
 ):
-    """Load the base model and tokenizer, apply and merge the adapter; return (model, tokenizer)."""
+    """Load the base model and tokenizer, apply and merge the adapter; return (model, tokenizer).
+
+    A UBMoE mixture directory (``config.mixture``) is installed as expert layers instead of
+    merged; ``apply_adapter=False`` returns the base model with the adapter's tokenizer.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer_source = resolved.base
@@ -212,12 +231,17 @@ def load_model_and_tokenizer(
     model = AutoModelForCausalLM.from_pretrained(
         resolved.base, dtype=dtype, attn_implementation=attn_implementation
     )
-    if resolved.adapter is not None:
-        from peft import PeftModel
+    if resolved.adapter is not None and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer))
+    if resolved.adapter is not None and apply_adapter:
+        if resolved.config is not None and resolved.config.mixture:
+            from magnetsdk.experts import load_mixture
 
-        if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
-            model.resize_token_embeddings(len(tokenizer))
-        model = PeftModel.from_pretrained(model, str(resolved.adapter)).merge_and_unload()
+            load_mixture(model, resolved.adapter)
+        else:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, str(resolved.adapter)).merge_and_unload()
     model.to(device)
     model.eval()
     return model, tokenizer

@@ -27,9 +27,8 @@ from magnetsdk.infilling import DEFAULT_GAP_MARKER, InfillResult, decode_spans, 
 from magnetsdk.layout import LayoutTokens, resolve_layout_tokens
 from magnetsdk.loading import (
     ADAPTER_CONFIG,
-    ADAPTER_WEIGHTS,
     Resolved,
-    file_sha256,
+    adapter_sha256,
     load_model_and_tokenizer,
     pick_device,
     pick_dtype,
@@ -137,9 +136,7 @@ class Magnet:
             resolved, torch_device, pick_dtype(dtype, torch_device), attn_implementation
         )
         config = resolved.config or MagnetConfig.for_base_model(resolved.name)
-        sha = None
-        if resolved.adapter is not None and (resolved.adapter / ADAPTER_WEIGHTS).is_file():
-            sha = file_sha256(resolved.adapter / ADAPTER_WEIGHTS)
+        sha = adapter_sha256(resolved.adapter) if resolved.adapter is not None else None
         magnet = cls(
             model,
             tokenizer,
@@ -379,12 +376,16 @@ class Magnet:
         seed: int | None = None,
         chat: bool = False,
         batch_size: int = 8,
+        min_new_tokens: int = 0,
     ) -> str | list[str]:
         """Continue ``prompt`` causally (nucleus sampling by default; ``temperature=0`` is greedy).
 
-        ``chat=True`` wraps the prompt in the tokenizer's chat template as a user message.
+        ``chat=True`` wraps the prompt in the tokenizer's chat template as a user message;
+        ``min_new_tokens`` holds back the end-of-sequence token until that many tokens exist.
         """
-        settings = GenerationSettings(max_new_tokens, temperature, top_p, repetition_penalty, seed, chat)
+        settings = GenerationSettings(
+            max_new_tokens, temperature, top_p, repetition_penalty, seed, chat, min_new_tokens
+        )
         single = isinstance(prompt, str)
         prompts = [prompt] if single else list(prompt)
         outputs: list[str] = []

@@ -102,7 +102,7 @@ class TrainConfig:
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.05
-    lora_target_modules: list[str] | str = "all-linear"
+    lora_target_modules: list[str] | str | None = None  # None: the recipe's ("all-linear" mostly)
     gradient_checkpointing: bool = False
     mixed_precision: MixedPrecision = MixedPrecision.AUTO
     seed: int = 0

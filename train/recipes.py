@@ -11,6 +11,9 @@ rates. A field the user sets explicitly always wins over the recipe.
 - ``meap``: plain causal next-token prediction with 15% of the input tokens replaced by the
   mask token (MEAP, Zhuang et al. 2025).
 - ``mntp-only``, ``sscl-only``, ``msg-only``: single-objective ablations of ``magnet``.
+- ``ubmoe-ffn``: stage 1 of UBMoE-LLM (Li et al., ICML 2025): bidirectional contrastive learning
+  (SSCL alone) with LoRA only on the FFN (MLP) projections, so the tuned MLPs can later serve as
+  the "bidirectional expert" beside the original ones (stage 2: :mod:`magnetsdk.train.ubmoe`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,11 @@ _MAGNET: dict[str, Any] = {
     "input_mask_probability": 0.0,
     "mntp_first_fraction": 0.0,
     "positives": "auto",
+    "lora_target_modules": "all-linear",  # peft: every linear projection of the decoder
 }
+
+# The FFN projections of the gated-MLP decoders magnetsdk supports (Llama, Qwen2, Mistral, ...).
+FFN_MODULES = ["gate_proj", "up_proj", "down_proj"]
 
 RECIPES: dict[str, dict[str, Any]] = {
     "magnet": _MAGNET,
@@ -49,6 +56,14 @@ RECIPES: dict[str, dict[str, Any]] = {
     "mntp-only": {**_MAGNET, "sscl_weight": 0.0, "msg_weight": 0.0},
     "sscl-only": {**_MAGNET, "mntp_weight": 0.0, "msg_weight": 0.0},
     "msg-only": {**_MAGNET, "mntp_weight": 0.0, "sscl_weight": 0.0},
+    "ubmoe-ffn": {
+        **_MAGNET,
+        "mntp_weight": 0.0,
+        "msg_weight": 0.0,
+        "lm_attention": "bidirectional",
+        "no_context_fraction": 0.0,
+        "lora_target_modules": FFN_MODULES,
+    },
 }
 
 
@@ -56,4 +71,4 @@ def recipe_defaults(name: str) -> dict[str, Any]:
     """The field values recipe ``name`` sets; raises a ValueError listing the recipes."""
     if name not in RECIPES:
         raise ValueError(f"recipe={name!r} is not one of {sorted(RECIPES)}")
-    return dict(RECIPES[name])
+    return {k: (list(v) if isinstance(v, list) else v) for k, v in RECIPES[name].items()}
