@@ -162,6 +162,11 @@ def _fit_shift(encoder, texts_file: Path, mode: str, weight: float, batch_size: 
 @click.option("--temperature", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--full-length",
+    is_flag=True,
+    help="Hold back EOS so every continuation has --new-tokens tokens (equal lengths across models).",
+)
 @_common
 def repetition(
     file,
@@ -172,6 +177,7 @@ def repetition(
     temperature,
     seed,
     batch_size,
+    full_length,
     limit,
     output,
     model,
@@ -197,6 +203,7 @@ def repetition(
             seed=seed,
             batch_size=batch_size,
             decodings=decoding or ("greedy", "nucleus"),
+            full_length=full_length,
         ),
     )
 

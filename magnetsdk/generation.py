@@ -30,9 +30,14 @@ class GenerationSettings:
     repetition_penalty: float = 1.1
     seed: int | None = None
     chat: bool = False  # wrap the prompt in the tokenizer's chat template
+    min_new_tokens: int = 0  # EOS is suppressed until this many tokens (fixed-length measurements)
 
     def __post_init__(self) -> None:
         check_decoding(self.max_new_tokens, self.temperature, self.top_p)
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ValueError(
+                f"min_new_tokens={self.min_new_tokens} must be between 0 and max_new_tokens={self.max_new_tokens}"
+            )
         if self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty={self.repetition_penalty} must be > 0 (1.0 disables it)")
 
@@ -77,6 +82,8 @@ def generate_texts(
         pad_token_id=pad_id,
         eos_token_id=tokenizer.eos_token_id,
     )
+    if settings.min_new_tokens:
+        kwargs["min_new_tokens"] = settings.min_new_tokens
     if sample:
         kwargs.update(temperature=settings.temperature, top_p=settings.top_p, top_k=0)
     else:

@@ -44,6 +44,7 @@ def test_chat_template(llama_magnet):
         ({"temperature": -1}, "temperature"),
         ({"top_p": 0}, "top_p"),
         ({"repetition_penalty": 0}, "repetition_penalty"),
+        ({"min_new_tokens": 9, "max_new_tokens": 8}, "min_new_tokens"),
     ],
 )
 def test_bad_settings(llama_magnet, kwargs, message):
@@ -54,3 +55,24 @@ def test_bad_settings(llama_magnet, kwargs, message):
 def test_empty_prompt_is_refused(llama_magnet):
     with pytest.raises(ValueError, match="empty"):
         llama_magnet.generate("")
+
+
+def test_min_new_tokens_holds_back_the_end_of_sequence(llama_magnet):
+    # Make the first greedy token the end-of-sequence token: generation then stops after it,
+    # unless min_new_tokens holds EOS back.
+    import copy
+
+    from magnetsdk.generation import GenerationSettings, generate_texts
+
+    m = llama_magnet
+    ids = m.tokenizer(PROMPTS[0], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        first = int(m.model(input_ids=ids).logits[0, -1].argmax())
+    tokenizer = copy.deepcopy(m.tokenizer)
+    tokenizer.eos_token = tokenizer.convert_ids_to_tokens(first)
+    settings = dict(max_new_tokens=6, temperature=0, repetition_penalty=1.0)
+    stopped = generate_texts(m.model, tokenizer, [PROMPTS[0]], GenerationSettings(**settings))
+    held = generate_texts(m.model, tokenizer, [PROMPTS[0]], GenerationSettings(**settings, min_new_tokens=6))
+    assert stopped == [tokenizer.decode([first])]  # the EOS itself, then nothing
+    held_ids = tokenizer(held[0], add_special_tokens=False)["input_ids"]
+    assert len(held_ids) > 1 and held_ids[0] != first

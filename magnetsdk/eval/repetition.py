@@ -3,7 +3,9 @@
 Prefixes come from a text file (one per line) or jsonl (``{"prefix": ...}``). Each is cut to its
 first ``prefix_tokens`` tokens (lines shorter than that are skipped), then continued for
 ``new_tokens`` tokens greedily and with nucleus sampling, through ``Magnet.generate`` with the
-repetition penalty off (1.0), so the model is measured and not the penalty.
+repetition penalty off (1.0), so the model is measured and not the penalty. With
+``full_length`` the end-of-sequence token is held back, so every continuation has ``new_tokens``
+tokens: a model that stops early otherwise has fewer tokens in which to repeat itself.
 
 - rep-4 of one continuation: ``1 - unique 4-grams / 4-grams`` over its tokens (the continuation
   text tokenized again with the model's tokenizer).
@@ -84,6 +86,7 @@ def evaluate_repetition(
     batch_size: int = 16,
     decodings: Sequence[str] = ("greedy", "nucleus"),
     show_progress: bool = True,
+    full_length: bool = False,
 ) -> EvalResult:
     """rep-4 and rep-sen of greedy and/or nucleus continuations of the prefixes in ``path``."""
     unknown = sorted(set(decodings) - {"greedy", "nucleus"})
@@ -117,6 +120,7 @@ def evaluate_repetition(
                     repetition_penalty=1.0,
                     seed=seed + first,
                     batch_size=len(batch),
+                    min_new_tokens=new_tokens if full_length else 0,
                 )
             )
         token_lists = [magnet.tokenizer(c, add_special_tokens=False)["input_ids"] for c in continuations]
@@ -145,6 +149,7 @@ def evaluate_repetition(
             "batch_size": batch_size,
             "repetition_penalty": 1.0,
             "decodings": list(decodings),
+            "full_length": full_length,
         },
         model=magnet.identity.to_dict(),
         data=[data_file(path)],
