@@ -190,7 +190,7 @@ def train_gates(config: UBMoEConfig, resume: bool = False) -> UBMoEResult:
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            last = {"ce": float(ce), "balance": float(balance), "loss": float(total)}
+            last = {"ce": ce.item(), "balance": balance.item(), "loss": total.item()}
             first = first or dict(last)
             if (step + 1) % config.log_every == 0 or step + 1 == config.max_steps:
                 log.log(
