@@ -12,6 +12,11 @@ A checkpoint is a directory ``<run>/checkpoints/step-00000100/`` holding
 The directory is written under a temporary name and renamed into place, so a run killed at any
 moment leaves only complete checkpoints. The data position is the step (see
 :class:`magnetsdk.train.data.Order`), so it needs no file of its own.
+
+Under FSDP every process holds only a shard of each weight and of its optimizer state.
+:func:`gather_training_state` assembles whole tensors on the main process before writing, and
+:func:`load_checkpoint` given the ``model`` hands whole tensors back to be re-sharded, so the files
+are the same whether a run used one process, DDP or FSDP, and any of them can resume it.
 """
 
 from __future__ import annotations
@@ -86,17 +91,68 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])
 
 
+def _by_position(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """An optimizer state keyed by parameter name -> torch's own format, keyed by position."""
+    position = {name: i for i, name in enumerate(names)}
+    return {
+        "state": {position[name]: value for name, value in state["state"].items()},
+        "param_groups": [{**g, "params": [position[n] for n in g["params"]]} for g in state["param_groups"]],
+    }
+
+
+def _by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The inverse of :func:`_by_position`."""
+    return {
+        "state": {names[int(i)]: value for i, value in state["state"].items()},
+        "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],
+    }
+
+
+def _optimizer_names(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """The names of the optimizer's parameters, in the optimizer's order."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def gather_training_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The trainable weights by name and the optimizer state (torch's format), whole and on the CPU.
+
+    Uses torch's distributed state-dict API, the one accelerate's ``get_state_dict`` calls for FSDP2;
+    it also gathers the optimizer state and can skip the frozen base weights. Under FSDP it is a
+    collective: every process must call it; the main process gets the tensors, the others empty
+    dicts. Unsharded (one process, DDP) it returns the tensors as they are.
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+    weights = get_model_state_dict(model, options=options)
+    by_name = get_optimizer_state_dict(model, optimizer, options=options)
+    if not weights:  # not the main process
+        return {}, {}
+    names = [name for group in by_name["param_groups"] for name in group["params"]]
+    return {name: weights[name] for name in names}, _by_position(by_name, names)
+
+
 def save_checkpoint(
     run_dir: Path,
     step: int,
     trainable: dict[str, torch.Tensor],
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | dict[str, Any],
     scheduler: Any,
     rng_states: list[dict[str, Any]],
     config: dict[str, Any],
     keep: int,
 ) -> Path:
-    """Write the checkpoint of ``step`` atomically (main process only) and prune old ones."""
+    """Write the checkpoint of ``step`` atomically (main process only) and prune old ones.
+
+    ``optimizer`` is the optimizer or its state dict (from :func:`gather_training_state`).
+    """
     from safetensors.torch import save_file
 
     root = checkpoint_dir(run_dir)
@@ -108,7 +164,8 @@ def save_checkpoint(
             {name: t.detach().contiguous().cpu() for name, t in trainable.items()},
             str(tmp / "trainable.safetensors"),
         )
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        optimizer_state = optimizer if isinstance(optimizer, dict) else optimizer.state_dict()
+        torch.save(optimizer_state, tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         (tmp / "rng.json").write_text(json.dumps(rng_states), encoding="utf-8")
         state = {"format_version": FORMAT_VERSION, "step": step, "config": config}
@@ -133,8 +190,14 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     rank: int,
+    model: torch.nn.Module | None = None,
 ) -> dict[str, Any]:
-    """Restore weights, optimizer, scheduler and this process's RNG; return ``state.json``."""
+    """Restore weights, optimizer, scheduler and this process's RNG; return ``state.json``.
+
+    Given the ``model`` that holds ``trainable``, the whole tensors go through torch's distributed
+    state-dict API, which re-shards them under FSDP (every process must call it then). Without it
+    they are copied into the parameters, which must then be unsharded.
+    """
     from safetensors.torch import load_file
 
     state = json.loads((checkpoint.path / "state.json").read_text(encoding="utf-8"))
@@ -148,10 +211,23 @@ def load_checkpoint(
             f"{checkpoint.path} does not match this model (missing {missing[:3]}, unexpected {unexpected[:3]}); "
             "resume with the same base model and LoRA settings, or start a new output directory"
         )
-    with torch.no_grad():
-        for name, parameter in trainable.items():
-            parameter.copy_(weights[name].to(parameter.device, parameter.dtype))
-    optimizer.load_state_dict(torch.load(checkpoint.path / "optimizer.pt", weights_only=True))
+    optimizer_state = torch.load(checkpoint.path / "optimizer.pt", weights_only=True)
+    if model is None:
+        with torch.no_grad():
+            for name, parameter in trainable.items():
+                parameter.copy_(weights[name].to(parameter.device, parameter.dtype))
+        optimizer.load_state_dict(optimizer_state)
+    else:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        whole = StateDictOptions(full_state_dict=True, strict=False)  # strict=False: the frozen weights stay
+        set_model_state_dict(model, weights, options=whole)
+        by_name = _by_name(optimizer_state, _optimizer_names(model, optimizer))
+        set_optimizer_state_dict(model, optimizer, by_name, options=whole)
     scheduler.load_state_dict(torch.load(checkpoint.path / "scheduler.pt", weights_only=True))
     rng = json.loads((checkpoint.path / "rng.json").read_text(encoding="utf-8"))
     if rank >= len(rng):

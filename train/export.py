@@ -6,7 +6,8 @@ attention and pooling, layout tokens, and ``training``: how it was trained); and
 when training added layout tokens to it (the loader then reads the tokenizer from here).
 
 Files are written into a temporary directory first and moved into place one by one, so a
-crash never leaves a half-written adapter under its final name.
+crash never leaves a half-written adapter under its final name. A model sharded by FSDP is
+exported from its whole weights, gathered by :func:`gather_weights` on every process first.
 """
 
 from __future__ import annotations
@@ -38,6 +39,17 @@ def encoding_settings(uses_sscl: bool, lm_attention: str) -> tuple[AttentionMode
     return AttentionMode.BIDIRECTIONAL, Pooling.MEAN
 
 
+def gather_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """All weights of an FSDP-sharded ``model``, whole, on the main process's CPU (others: empty).
+
+    A collective: every process must call it. The same call accelerate's ``get_state_dict`` makes
+    for FSDP2, on the (peft) model itself so the names are the ones ``save_pretrained`` expects.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
 def export_model(
     model: torch.nn.Module,
     tokenizer,
@@ -50,7 +62,9 @@ def export_model(
     lm_attention: str,
     training: dict[str, Any],
     full_weights: bool,
+    state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
+    """Write the model directory; ``state_dict`` (from :func:`gather_weights`) replaces the model's own."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     mode, pooling = encoding_settings(uses_sscl, lm_attention)
@@ -65,7 +79,7 @@ def export_model(
     )
     tmp = Path(tempfile.mkdtemp(prefix=".export.", dir=out_dir))
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         if tokens_added or full_weights:
             tokenizer.save_pretrained(tmp)
         config.save(tmp)

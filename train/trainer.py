@@ -2,7 +2,8 @@
 
 One function, :func:`train`, runs unchanged on one CPU, one GPU, or many processes started by
 ``accelerate launch`` (or ``torchrun``): accelerate sets up the process group (gloo on CPU, NCCL
-on GPU), wraps the objectives module in DDP and handles bf16 autocast. Each process builds its
+on GPU), wraps the objectives module in DDP, or shards it with FSDP2 when launched with an FSDP
+config (``configs/accelerate/fsdp.yaml``), and handles bf16 autocast. Each process builds its
 own slice of every global batch from the step number (:class:`magnetsdk.train.data.Order`), so no
 data loader state needs saving and any process count sees the same examples.
 
@@ -31,6 +32,7 @@ import torch
 from magnetsdk.train.adaptation import make_trainable, trainable_parameters
 from magnetsdk.train.batches import Batches
 from magnetsdk.train.checkpoint import (
+    gather_training_state,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
@@ -38,7 +40,7 @@ from magnetsdk.train.checkpoint import (
     save_checkpoint,
 )
 from magnetsdk.train.config import MixedPrecision, Schedule, TrainConfig
-from magnetsdk.train.export import export_model
+from magnetsdk.train.export import export_model, gather_weights
 from magnetsdk.train.metrics import PLOT_NAME, MetricsLog, plot_losses
 from magnetsdk.train.objectives import MagnetObjectives, global_sum
 
@@ -113,6 +115,7 @@ class _Run:
 
     def __init__(self, config: TrainConfig, model, tokenizer, resume: bool) -> None:
         from accelerate import Accelerator
+        from accelerate.utils import DistributedType
 
         self.config = config
         if config.threads:
@@ -126,12 +129,25 @@ class _Run:
         self.world = self.accelerator.num_processes
         self.main = self.accelerator.is_main_process
         self.run_dir = Path(config.output_dir)
+        self.sharded = self.accelerator.distributed_type == DistributedType.FSDP
+        if self.sharded and not self.accelerator.is_fsdp2:
+            # FSDP1 flattens each unit's weights into one tensor that is either all trainable or all
+            # frozen, which LoRA's frozen base breaks (use_orig_params only papers over it). FSDP2
+            # shards every parameter on its own (a DTensor under its usual name), so peft's frozen
+            # and trainable weights share a unit and names stay valid for checkpoints and export.
+            raise ValueError(
+                "FSDP version 1 is not supported; set fsdp_version: 2 in the accelerate config "
+                "(see configs/accelerate/fsdp.yaml)"
+            )
         device = self.accelerator.device
+        # Under FSDP the model is built on the CPU and accelerate moves only each process's shard
+        # to its device, so no device ever holds the whole model.
+        home = torch.device("cpu") if self.sharded else device
 
         # ---- model and tokenizer
         seed_everything(config.seed)  # same LoRA init on every process
         if model is None:
-            model, tokenizer = load_base(config, device)
+            model, tokenizer = load_base(config, home)
         elif tokenizer is None:
             raise ValueError("pass the tokenizer together with an in-memory model")
         if tokenizer.eos_token_id is None:
@@ -152,21 +168,27 @@ class _Run:
         self.batches = Batches(config, tokenizer, self.layout, model, self.accelerator)
 
         # ---- what trains
-        self.trained = make_trainable(model.to(device), config, new_ids)
-        self.parameters = trainable_parameters(self.trained)
-        if not self.parameters:
+        self.trained = make_trainable(model.to(home), config, new_ids)
+        parameters = trainable_parameters(self.trained)
+        if not parameters:
             raise ValueError("nothing to train: the model has no trainable parameters")
-        self.optimizer = torch.optim.AdamW(
-            self.parameters.values(), lr=config.learning_rate, weight_decay=config.weight_decay
+        optimizer = torch.optim.AdamW(
+            parameters.values(), lr=config.learning_rate, weight_decay=config.weight_decay
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
+            optimizer,
             functools.partial(
                 lr_factor, warmup=config.warmup_steps, total=config.max_steps, schedule=config.schedule
             ),
         )
         objectives = MagnetObjectives(self.trained, config.lm_attention.value, config.temperature)
-        self.module = self.accelerator.prepare_model(objectives)
+        # FSDP's auto-wrap gives each class in `_no_split_modules` of the module it wraps its own
+        # shard unit; hand the decoder's layer classes up from the model inside.
+        objectives._no_split_modules = getattr(self.trained, "_no_split_modules", None)
+        # Prepared together: under FSDP accelerate shards the weights in place and points the
+        # optimizer at the shards; under DDP neither changes.
+        self.module, self.optimizer = self.accelerator.prepare(objectives, optimizer)
+        self.parameters = trainable_parameters(self.trained)  # the shards, under FSDP
 
         # ---- where to start
         self.start_step = 0
@@ -178,7 +200,9 @@ class _Run:
                 "continue that run, or choose another --output-dir"
             )
         if resume and existing is not None:
-            state = load_checkpoint(existing, self.parameters, self.optimizer, self.scheduler, self.rank)
+            state = load_checkpoint(
+                existing, self.parameters, self.optimizer, self.scheduler, self.rank, model=self.trained
+            )
             changed = [k for k in _RESUME_FIXED if state["config"].get(k) != config.to_dict().get(k)]
             if changed:
                 raise ValueError(
@@ -258,9 +282,11 @@ class _Run:
             metrics_path=self.run_dir / "metrics.jsonl",
             main_process=self.main,
         )
+        # Under FSDP, gather the whole model (every process takes part) for the main one to export.
+        weights = gather_weights(self.trained) if self.sharded else None
         if self.main:
             plot_losses(result.metrics_path, self.run_dir / PLOT_NAME)
-            self._export(result, steps_run, total_tokens)
+            self._export(result, steps_run, total_tokens, weights)
         accelerator.wait_for_everyone()
         return result
 
@@ -326,12 +352,13 @@ class _Run:
 
             states = [None] * self.world
             dist.all_gather_object(states, rng_state())
+        trainable, optimizer = gather_training_state(self.trained, self.optimizer)
         if self.main:
             self.last_checkpoint = save_checkpoint(
                 self.run_dir,
                 step,
-                {name: p for name, p in self.parameters.items()},
-                self.optimizer,
+                trainable,
+                optimizer,
                 self.scheduler,
                 states,
                 self.config.to_dict(),
@@ -342,7 +369,9 @@ class _Run:
             found = [c for c in list_checkpoints(self.run_dir) if c.step == step]
             self.last_checkpoint = found[0].path if found else self.last_checkpoint
 
-    def _export(self, result: TrainResult, steps_run: int, tokens: int) -> None:
+    def _export(
+        self, result: TrainResult, steps_run: int, tokens: int, weights: dict[str, torch.Tensor] | None
+    ) -> None:
         import importlib.metadata
 
         def version(dist: str) -> str | None:
@@ -356,6 +385,7 @@ class _Run:
             "recipe": config.recipe,
             "steps": config.max_steps,
             "processes": self.world,
+            "engine": self.accelerator.distributed_type.value,  # NO, MULTI_CPU/MULTI_GPU (DDP) or FSDP
             "global_batch": config.batch_size * self.world * config.gradient_accumulation,
             "final_losses": result.losses,
             "wall_s_last_session": round(result.wall_s, 1),
@@ -378,6 +408,7 @@ class _Run:
             lm_attention=config.lm_attention.value,
             training=training,
             full_weights=config.full_finetune,
+            state_dict=weights,
         )
 
 
