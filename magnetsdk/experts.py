@@ -295,7 +295,7 @@ def save_mixture(
     """
     from safetensors.torch import save_file
 
-    from magnetsdk.config import MagnetConfig
+    from magnetsdk.config import MagnetConfig, current_umask
 
     stage1_dir, out_dir = Path(stage1_dir), Path(out_dir)
     stage1 = MagnetConfig.load(stage1_dir)
@@ -321,6 +321,7 @@ def save_mixture(
         for name in _ADAPTER_FILES:
             shutil.copyfile(stage1_dir / name, tmp / BIDIRECTIONAL_DIR / name)
         save_file(gate_state(model), str(tmp / GATES_FILE))
+        os.chmod(tmp / GATES_FILE, 0o666 & ~current_umask())  # readable like the other model files
         if (stage1_dir / "tokenizer_config.json").is_file():  # stage 1 added layout tokens
             tokenizer.save_pretrained(tmp)
         config.save(tmp)

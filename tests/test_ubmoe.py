@@ -163,6 +163,7 @@ def test_save_and_from_pretrained_round_trip_and_all_surfaces_work(tmp_path, sta
     assert saved.mixture["kind"] == "ubmoe" and saved.training["ubmoe"] == {"note": "test"}
     # Small on disk: the gates and the FFN LoRA, not a copy of the model.
     assert (out / GATES_FILE).stat().st_size < 10_000
+    assert (out / GATES_FILE).stat().st_mode & 0o044  # not owner-only, like the other model files
     assert not (out / "model.safetensors").exists()
 
     loaded = Magnet.from_pretrained(str(out), device="cpu")
