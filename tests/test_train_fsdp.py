@@ -156,6 +156,21 @@ def test_fsdp_on_two_processes_matches_one_process_and_resumes(tmp_path, base_di
     assert_same_tensors(adapter(one.output_dir), adapter(run_dir))
 
 
+def test_fsdp_full_finetune_exports_the_same_model_as_one_process(tmp_path, base_dir, data_file):
+    """All weights train and are sharded; the tied embedding and LM head are written once, as unsharded."""
+    common = dict(max_steps=2, save_every=2, full_finetune=True)
+    one = train(TrainConfig(**settings(base_dir, data_file, tmp_path / "one", **common)))
+    run_dir = tmp_path / "fsdp"
+    values = settings(base_dir, data_file, run_dir, batch_size=2, **common)
+    launch_fsdp(write_toml(values, tmp_path / "run.toml"))
+    assert_same_losses(read_metrics(one.metrics_path), read_metrics(run_dir / "metrics.jsonl"))
+    from safetensors.torch import load_file
+
+    assert_same_tensors(checkpoint_weights(one.output_dir, 2), checkpoint_weights(run_dir, 2))
+    exported = [load_file(str(d / "model.safetensors")) for d in (one.output_dir, run_dir)]
+    assert_same_tensors(*exported)  # the same names too: no second copy of the tied weights
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_fsdp_on_gpus_trains_and_exports(tmp_path, base_dir, data_file):

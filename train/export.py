@@ -47,7 +47,15 @@ def gather_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # Tied weights (embedding and LM head) come back as two copies; share one again so that
+    # save_pretrained writes them once, as it does for an unsharded model.
+    first: dict[int, str] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        source = first.setdefault(id(parameter), name)
+        if weights and source != name:
+            weights[name] = weights[source]
+    return weights
 
 
 def export_model(

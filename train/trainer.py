@@ -131,17 +131,15 @@ class _Run:
         self.run_dir = Path(config.output_dir)
         self.sharded = self.accelerator.distributed_type == DistributedType.FSDP
         if self.sharded and not self.accelerator.is_fsdp2:
-            # FSDP1 flattens each unit's weights into one tensor that is either all trainable or all
-            # frozen, which LoRA's frozen base breaks (use_orig_params only papers over it). FSDP2
-            # shards every parameter on its own (a DTensor under its usual name), so peft's frozen
-            # and trainable weights share a unit and names stay valid for checkpoints and export.
+            # FSDP1 flattens a unit's weights into one tensor, all frozen or all trainable unless
+            # use_orig_params; FSDP2 shards each parameter on its own (a DTensor under its usual
+            # name), so LoRA's frozen and trainable weights mix freely and peft's names still hold.
             raise ValueError(
                 "FSDP version 1 is not supported; set fsdp_version: 2 in the accelerate config "
                 "(see configs/accelerate/fsdp.yaml)"
             )
         device = self.accelerator.device
-        # Under FSDP the model is built on the CPU and accelerate moves only each process's shard
-        # to its device, so no device ever holds the whole model.
+        # Under FSDP the model is built on the CPU; only each process's shard moves to its device.
         home = torch.device("cpu") if self.sharded else device
 
         # ---- model and tokenizer
