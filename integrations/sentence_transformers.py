@@ -321,6 +321,12 @@ def save_model_directory(
     an existing model directory is replaced only after the new one is complete. A non-empty
     directory that is not a magnetsdk model is refused unless ``overwrite=True``.
     """
+    if magnet.config.mixture:
+        raise ValueError(
+            "a UBMoE expert mixture cannot be saved as merged weights (its two FFN experts and gates "
+            "do not merge into one model); keep the directory `magnet ubmoe` wrote, which "
+            "Magnet.from_pretrained loads"
+        )
     target = Path(directory).expanduser()
     if target.exists():
         if not target.is_dir():

@@ -181,6 +181,10 @@ def test_save_and_from_pretrained_round_trip_and_all_surfaces_work(tmp_path, sta
     tuned = Magnet.from_pretrained(str(stage1), device="cpu")
     ids = {loaded.identity, base.identity, tuned.identity}
     assert len(ids) == 3 and loaded.identity.adapter_sha256
+    # Magnet.save would write merged weights, which cannot hold two experts: it refuses.
+    with pytest.raises(ValueError, match="magnet ubmoe"):
+        loaded.save(tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
 
 
 def test_attention_dependence_runs_on_a_mixture(mixture, tmp_path):
