@@ -6,7 +6,8 @@ the base model, and writes into ``--into`` (default ``magnetsdk/adapters/default
 
 - ``adapter_model.safetensors``: the LoRA weights cast to bfloat16 (half the size; the loader
   merges them into the fp32 or bf16 base, so nothing else changes);
-- ``adapter_config.json`` and ``magnet_config.json``: as trained;
+- ``adapter_config.json`` and ``magnet_config.json``: as trained (the adapter config names the base
+  model instead of the training machine's cache path);
 - ``README.md``: the model card: the command, the data, steps, wall time and the scores next to
   the base model's, read from the result files (no figure is typed by hand).
 
@@ -144,8 +145,12 @@ def main() -> None:
             tmp / WEIGHTS,
             metadata={"format": "pt"},
         )
-        for name in ("adapter_config.json", "magnet_config.json"):
-            shutil.copyfile(args.run / name, tmp / name)
+        shutil.copyfile(args.run / "magnet_config.json", tmp / "magnet_config.json")
+        adapter_config = json.loads((args.run / "adapter_config.json").read_text(encoding="utf-8"))
+        # peft records the base's local path (a cache directory on the training machine); the
+        # loader applies the adapter to the embedded base, so record its name instead.
+        adapter_config["base_model_name_or_path"] = "SmolLM2-135M-Instruct"
+        (tmp / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2) + "\n")
         size = (tmp / WEIGHTS).stat().st_size
         umask = current_umask()  # mkdtemp and save_file make private files; these are package data
         os.chmod(tmp, 0o777 & ~umask)
