@@ -29,6 +29,20 @@ def test_loads_from_the_cache_in_seconds(default_magnet):
     assert len(again.tokenizer) == 49152 and again.layout.gap == "<issue_comment>"
 
 
+def test_the_default_is_the_shipped_adapter_and_default_base_the_bare_model(default_magnet):
+    from magnetsdk import Magnet
+    from magnetsdk.loading import SHIPPED_ADAPTER
+
+    assert default_magnet.config.adapted and default_magnet.identity.adapter == str(SHIPPED_ADAPTER)
+    assert default_magnet.config.encode_attention.value == "bidirectional"
+    assert default_magnet.config.pooling.value == "last"
+    bare = Magnet.from_pretrained("default-base")
+    assert not bare.config.adapted and bare.identity.adapter_sha256 is None
+    assert bare.config.encode_attention.value == "causal" and bare.config.pooling.value == "mean"
+    text = ["A man is playing a guitar."]
+    assert float(bare.encode(text) @ default_magnet.encode(text).T) < 0.99  # the adapter changes the model
+
+
 def test_encodes_paraphrases_closer_than_unrelated_text(default_magnet):
     vectors = default_magnet.encode(
         ["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell sharply today."]
