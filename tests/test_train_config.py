@@ -34,10 +34,11 @@ def test_llm2vec_trains_mntp_then_simcse():
 
 
 def test_positive_source_auto_follows_the_data():
-    assert TrainConfig(data=["a.txt"]).positives is PositiveSource.DROPOUT
+    assert TrainConfig(data=["a.txt"]).positives is PositiveSource.PARAPHRASE
     assert TrainConfig(data=["a.txt"], pairs=["p.jsonl"]).positives is PositiveSource.PAIRS
-    # Dropout positives need dropout noise; given pairs do not.
-    assert TrainConfig(data=["a.txt"]).attention_dropout == 0.1
+    # Dropout positives need dropout noise; given pairs and paraphrases do not.
+    assert TrainConfig(data=["a.txt"], positives="dropout").attention_dropout == 0.1
+    assert TrainConfig(data=["a.txt"]).attention_dropout == 0.0
     assert TrainConfig(data=["a.txt"], pairs=["p.jsonl"]).attention_dropout == 0.0
 
 

@@ -39,6 +39,7 @@ def settings(base_dir, data_file, output_dir, **overrides) -> dict:
         warmup_steps=1,
         learning_rate=5e-3,
         progress=False,
+        positives="dropout",  # SimCSE positives: no generation pass
     )
     return {**base, **overrides}
 

@@ -62,6 +62,7 @@ def settings(base_dir, data_file, output_dir, **overrides) -> dict:
         lora_dropout=0.0,  # processes seed dropout differently
         attention_dropout=0.0,
         progress=False,
+        positives="dropout",  # no generation pass
     )
     return {**base, **overrides}
 

@@ -36,6 +36,7 @@ def config(tmp_path, base_dir, data_file, **overrides):
         save_every=2,
         learning_rate=5e-3,
         progress=False,
+        positives="dropout",  # no generation pass in these tests (the paraphrase test sets its own)
     )
     return TrainConfig(**{**settings, **overrides})
 
@@ -203,7 +204,9 @@ def test_pairs_with_hard_negatives_alone_are_enough_data(tmp_path, base_dir):
         for i, (a, b) in enumerate(zip(sentences, shifted, strict=True))
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = train(config(tmp_path, base_dir, str(path), data=[], pairs=[str(path)], max_steps=3))
+    result = train(
+        config(tmp_path, base_dir, str(path), data=[], pairs=[str(path)], positives="auto", max_steps=3)
+    )
     saved = json.loads((result.output_dir / "magnet_config.json").read_text())
     assert saved["training"]["config"]["positives"] == "pairs"
     assert all(r["sscl"] is not None and r["msg"] is not None for r in read_metrics(result.metrics_path))

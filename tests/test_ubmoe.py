@@ -52,6 +52,7 @@ def stage1(tmp_path_factory, base_dir, data_file):
         lora_r=4,
         save_every=100,
         progress=False,
+        positives="dropout",
     )
     train(config)
     return out

@@ -32,7 +32,7 @@ class LMAttention(str, Enum):
 class PositiveSource(str, Enum):
     """Where the positive view of an SSCL anchor comes from (see :mod:`magnetsdk.train.views`)."""
 
-    AUTO = "auto"  # pairs when pair files are given, else dropout
+    AUTO = "auto"  # the best measured source available: pairs when pair files are given, else paraphrase
     PAIRS = "pairs"  # given (anchor, positive[, negative]) pairs
     PARAPHRASE = "paraphrase"  # generated once by an instruct model and cached on disk
     DROPOUT = "dropout"  # the same text, a second pass with different dropout (SimCSE)
@@ -132,7 +132,9 @@ class TrainConfig:
         self.lm_attention = _enum(LMAttention, self.lm_attention, "lm_attention")
         self.positives = _enum(PositiveSource, self.positives, "positives")
         if self.positives is PositiveSource.AUTO:
-            self.positives = PositiveSource.PAIRS if self.pairs else PositiveSource.DROPOUT
+            # Measured on STS-B dev (docs/results.md, scripts/compare_positive_sources.sh):
+            # pairs 39.1 > paraphrase 38.4 >> dropout 19.4, same anchors and steps.
+            self.positives = PositiveSource.PAIRS if self.pairs else PositiveSource.PARAPHRASE
         if self.attention_dropout is None:
             self.attention_dropout = 0.1 if self.positives is PositiveSource.DROPOUT else 0.0
         self.schedule = _enum(Schedule, self.schedule, "schedule")
