@@ -120,7 +120,10 @@ Measured with `magnet eval` (commands in `docs/results.md`), next to the unadapt
 
 {scores_table(adapter_prefix, base_prefix)}
 
-See `docs/results.md` for the targets and whether each was met.
+See `docs/results.md` for the targets and whether each was met. Known limits, visible in the
+table: compare the infill rows (whether the right side of a gap helps) and the nucleus rep-4 and
+mean-length rows (how often and how early continuations repeat or stop) before relying on this
+adapter for infilling or long generation; its strength is embedding.
 """
 
 
