@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
@@ -138,6 +139,18 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def move_into_place(tmp: Path, out_dir: Path) -> None:
+    """Move every entry of the staging directory ``tmp`` into ``out_dir``, replacing what is there.
+
+    ``magnet_config.json`` goes last, so a directory that names itself a model is a complete one.
+    """
+    for item in sorted(tmp.iterdir(), key=lambda p: p.name == CONFIG_NAME):
+        target = out_dir / item.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        os.replace(item, target)
 
 
 def current_umask() -> int:

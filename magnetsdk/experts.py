@@ -295,7 +295,7 @@ def save_mixture(
     """
     from safetensors.torch import save_file
 
-    from magnetsdk.config import MagnetConfig, current_umask
+    from magnetsdk.config import MagnetConfig, current_umask, move_into_place
 
     stage1_dir, out_dir = Path(stage1_dir), Path(out_dir)
     stage1 = MagnetConfig.load(stage1_dir)
@@ -325,11 +325,7 @@ def save_mixture(
         if (stage1_dir / "tokenizer_config.json").is_file():  # stage 1 added layout tokens
             tokenizer.save_pretrained(tmp)
         config.save(tmp)
-        for item in sorted(tmp.iterdir(), key=lambda p: p.name == "magnet_config.json"):
-            target = out_dir / item.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            os.replace(item, target)
+        move_into_place(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir

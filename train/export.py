@@ -12,7 +12,6 @@ exported from its whole weights, gathered by :func:`gather_weights` on every pro
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 
 from magnetsdk.attention import AttentionMode
-from magnetsdk.config import MagnetConfig, Pooling
+from magnetsdk.config import MagnetConfig, Pooling, move_into_place
 from magnetsdk.layout import LayoutTokens
 
 
@@ -91,11 +90,7 @@ def export_model(
         if tokens_added or full_weights:
             tokenizer.save_pretrained(tmp)
         config.save(tmp)
-        for item in sorted(tmp.iterdir(), key=lambda p: p.name == "magnet_config.json"):
-            target = out_dir / item.name  # magnet_config.json last: a loadable dir is a complete one
-            if target.is_dir():
-                shutil.rmtree(target)
-            os.replace(item, target)
+        move_into_place(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
