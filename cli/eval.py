@@ -14,6 +14,8 @@ from typing import Any
 import click
 from magnetsdk.cli.options import model_options, open_magnet
 
+from magnetsdk.layout import INFILL_LAYOUTS
+
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
@@ -215,17 +217,25 @@ def repetition(
     "--generate", default=0, show_default=True, type=click.IntRange(min=0), help="Also fill the first N gaps."
 )
 @click.option("--max-new-tokens", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--layout",
+    "layouts",
+    multiple=True,
+    type=click.Choice([*INFILL_LAYOUTS, "all"]),
+    help="Infill layout(s) to score, repeatable; 'all' scores every layout [default: the model's own].",
+)
 @_common
-def infill(file, batch_size, generate, max_new_tokens, limit, output, model, adapter, device, dtype):
-    """Span perplexity with both sides (hybrid) vs the left side only (causal); FILE is jsonl
-    {"left", "span", "right"}."""
+def infill(file, batch_size, generate, max_new_tokens, layouts, limit, output, model, adapter, device, dtype):
+    """Span perplexity with both sides (per layout), a shuffled-right control and the left side
+    only; FILE is jsonl {"left", "span", "right"}."""
     from magnetsdk.eval.infill import evaluate_infill
 
+    names = list(INFILL_LAYOUTS) if "all" in layouts else list(dict.fromkeys(layouts)) or None
     magnet = open_magnet(model, adapter, device, dtype)
     _run(
         "infill",
         output,
-        lambda: evaluate_infill(magnet, file, limit, batch_size, generate, max_new_tokens),
+        lambda: evaluate_infill(magnet, file, limit, batch_size, generate, max_new_tokens, layouts=names),
     )
 
 

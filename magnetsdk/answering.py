@@ -36,9 +36,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from magnetsdk.attention import AttentionMode
+from magnetsdk.decoding import Continuation, Past, Prompt, Sampling, check_decoding, decode, prefill
 from magnetsdk.forward import logits_at, run_decoder
-from magnetsdk.generation import check_decoding
-from magnetsdk.infilling import pick_tokens
 from magnetsdk.layout import LayoutTokens
 
 if TYPE_CHECKING:  # magnetsdk.index imports faiss; answering only reads the hits' fields
@@ -286,62 +285,39 @@ def decode_answer(
         raise ValueError("an answer needs a non-empty context and prompt")
     device = next(model.parameters()).device
     mode = AttentionMode.HYBRID if reuse else AttentionMode.CAUSAL
-    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
-    banned = torch.tensor(banned_ids or [], dtype=torch.long, device=device)
+    sampling = Sampling(temperature, top_p, seed=seed)
 
     stored = reuse and cache is not None and key is not None
     entry = cache.get(key) if stored else None
     if entry is not None and entry.length != len(context_ids):
         entry = None  # never decode from a context of another length
-    context = torch.tensor([context_ids], device=device)  # (1, C)
-    past_valid = torch.ones_like(context, dtype=torch.bool)
-    past_span = torch.zeros_like(past_valid)
     _sync(device)
     started = time.perf_counter()
+    hit = entry is not None
     if entry is None:
-        out = run_decoder(model, context, past_valid, mode, past_span, use_cache=True)
-        entry = CachedContext(out.cache, len(context_ids))
+        past, _ = prefill(model, [Prompt(context_ids)], mode, pad_id=0)  # one row: nothing is padded
+        entry = CachedContext(past.cache, len(context_ids))
         if stored:
             cache.put(key, entry)
-        hit = False
-    else:
-        hit = True
     _sync(device)
-    prefill = time.perf_counter() - started
+    prefill_seconds = time.perf_counter() - started
 
-    kv = entry.cache
-    answer: list[int] = []
+    context_valid = torch.ones((1, len(context_ids)), dtype=torch.bool, device=device)
+    past = Past(entry.cache, context_valid, torch.zeros_like(context_valid))
+    program = Continuation(list(prompt_ids), max_new_tokens, frozenset(stop_ids), stop=stop)
     completed = False
     try:
-        feed = torch.tensor([prompt_ids], device=device)  # (1, P), then (1, 1) per step
-        while True:
-            ones = torch.ones_like(feed, dtype=torch.bool)
-            out = run_decoder(
-                model,
-                feed,
-                ones,
-                mode,
-                ones,
-                past_key_values=kv,
-                past_valid=past_valid,
-                past_is_span=past_span,
-                use_cache=True,
-            )
-            kv = out.cache
-            past_valid = torch.cat([past_valid, ones], dim=1)
-            past_span = torch.cat([past_span, ones], dim=1)
-            logits = logits_at(model, out.hidden[:, -1])  # (1, V)
-            if len(banned):
-                logits[:, banned] = float("-inf")
-            if step_logits is not None:
-                step_logits.append(logits.detach().cpu())
-            token = int(pick_tokens(logits, temperature, top_p, generator)[0])
-            if token in stop_ids:
-                break
-            answer.append(token)
-            if len(answer) >= max_new_tokens or (stop is not None and stop(answer)):
-                break
-            feed = torch.tensor([[token]], device=device)
+        decode(
+            model,
+            [Prompt(list(prompt_ids), [True] * len(prompt_ids))],
+            [program],
+            mode,
+            sampling,
+            pad_id=0,
+            banned_ids=banned_ids or (),
+            past=past,
+            step_logits=step_logits,
+        )
         _sync(device)
         completed = True
     finally:
@@ -350,8 +326,9 @@ def decode_answer(
         elif stored:
             # The stored entry must hold the context only: cut what this call appended (layers
             # extend by concatenation, so the entry never shares storage with what is cut).
+            kv = entry.cache
             kv.crop(-(kv.get_seq_length() - entry.length))
-    return Decoded(answer, prefill, time.perf_counter() - started - prefill, hit)
+    return Decoded(program.tokens, prefill_seconds, time.perf_counter() - started - prefill_seconds, hit)
 
 
 def reference_nll(

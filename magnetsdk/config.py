@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from magnetsdk.attention import AttentionMode
+from magnetsdk.layout import DEFAULT_INFILL_LAYOUT, LEGACY_INFILL_LAYOUT, infill_layout
 
 CONFIG_NAME = "magnet_config.json"
-FORMAT_VERSION = 2  # 2: ``mixture`` (UBMoE); version 1 files have none
+FORMAT_VERSION = 3  # 3: ``infill_layout``; 2: ``mixture`` (UBMoE); version 1 files have neither
 DEFAULT_INSTRUCTION = "Given the sentence, find its representation:"
 
 
@@ -46,6 +47,8 @@ class MagnetConfig:
     echo: bool = False
     # Role -> token string (see magnetsdk.layout); empty means "choose for this tokenizer".
     layout_tokens: dict[str, str] = field(default_factory=dict)
+    # How a text with gaps is laid out for infilling (a name in magnetsdk.layout.INFILL_LAYOUTS).
+    infill_layout: str = DEFAULT_INFILL_LAYOUT
     # Whether the model was adapted (trained with bidirectional/hybrid attention).
     adapted: bool = True
     # How the model was trained (recipe, data, steps, scores): free-form, written by training.
@@ -57,6 +60,7 @@ class MagnetConfig:
     def __post_init__(self) -> None:
         self.encode_attention = choice(AttentionMode, self.encode_attention, "encode_attention")
         self.pooling = choice(Pooling, self.pooling, "pooling")
+        infill_layout(self.infill_layout)  # an unknown name fails here, listing the layouts
         if self.max_length < 8:
             raise ValueError(f"max_length={self.max_length} is too small; use at least 8 tokens")
 
@@ -121,6 +125,8 @@ def _upgrade(data: dict[str, Any], source: str) -> dict[str, Any]:
         )
     if version < 2:
         data.setdefault("mixture", {})
+    if version < 3:
+        data.setdefault("infill_layout", LEGACY_INFILL_LAYOUT)  # the one layout older models knew
     data["format_version"] = FORMAT_VERSION
     return data
 

@@ -1,17 +1,28 @@
-"""The token layout of infilling, shared by ``Magnet.infill`` and missing-span training.
+"""The token layouts of infilling, shared by ``Magnet.infill``, missing-span training and ``magnet eval infill``.
 
-A text with ``g`` gaps is laid out as one sequence: the *context* (the text with each gap
-replaced by one GAP token) followed by the *span block* (each span opened by SPAN and closed by
-END, in the order of the gaps)::
+A text with ``g`` gaps (``g + 1`` segments) is laid out as one sequence: the *context* (the
+segments with each gap replaced by one GAP token), then the *span block*, one span per gap in
+order, each closed by END. How the context is ordered and read is the :class:`InfillLayout`, a
+named setting stored in ``magnet_config.json``:
 
-    context (bidirectional)                       span block (causal, sees all context)
-    left ... GAP middle ... GAP right ...    |    SPAN s1 s2 ... END  SPAN t1 t2 ... END
-    0    ...                          C-1    |    C    C+1 ...
+``magnet`` (the paper's hybrid mask: context bidirectional, spans causal and seeing all context)::
+
+    BOS left GAP right | SPAN s1 s2 ... END        context 0..C-1, span block from C
+
+``spm`` (suffix first, all causal: the text is rotated to start after the first gap, so the first
+span continues the left side directly and has read the right side before it)::
+
+    BOS right GAP left | s1 s2 ... END
+
+With several gaps the suffix is every segment after the first gap, later gaps as GAP tokens:
+``seg1 GAP seg2 ... GAP seg_g GAP seg0 | s1 .. END t1 .. END``. Variants: ``-span`` opens each span
+with SPAN (a role token), ``spm-bidirectional`` reads the rotated context bidirectionally, ``psm``
+keeps the text order but reads it causally, ``magnet-plain`` is ``magnet`` without SPAN.
 
 - The context never depends on the span lengths (a caller does not know them), so its keys and
-  values are computed once and reused while the spans are decoded.
-- Position ids count real tokens: context 0..C-1, the span block continues at C.
-- Span ``k`` fills the ``k``-th GAP; the model tells spans apart by counting END tokens.
+  values are computed once and reused while the spans are decoded, in every layout.
+- Position ids count real tokens: the span block continues at C.
+- Span ``k`` fills the ``k``-th gap in text order; the model tells spans apart by counting ENDs.
 - The MASK token replaces context tokens in masked next-token prediction (training only).
 
 The four roles are played by tokens the tokenizer already has where it can (so the tied
@@ -21,7 +32,7 @@ of the candidates gets new tokens, and then the resized embeddings must be saved
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 # Per role, tokens tried in order. SmolLM2's vocabulary has no mask or fill-in-the-middle tokens,
 # but its code/notebook markup tokens (ids 3-16) never occur in prose.
@@ -84,17 +95,68 @@ def resolve_layout_tokens(
     return LayoutTokens(**chosen, **ids), to_add
 
 
+@dataclass(frozen=True)
+class InfillLayout:
+    """How a text with gaps becomes one sequence (see the module docstring for the pictures)."""
+
+    name: str
+    suffix_first: bool  # the text after the first gap comes first, then the text before it
+    bidirectional_context: bool  # context tokens attend to all context (else everything is causal)
+    span_token: bool  # each span is opened by the SPAN role token
+    description: str = ""
+
+    @property
+    def mode(self) -> str:
+        """The :class:`magnetsdk.attention.AttentionMode` that serves this layout: ``"hybrid"`` for a
+        bidirectional context, else ``"causal"`` (a string, so this module needs no torch)."""
+        return "hybrid" if self.bidirectional_context else "causal"
+
+
+INFILL_LAYOUTS: dict[str, InfillLayout] = {
+    layout.name: layout
+    for layout in (
+        InfillLayout("magnet", False, True, True, "text order, bidirectional context, SPAN opens each span"),
+        InfillLayout("magnet-plain", False, True, False, "text order, bidirectional context, no SPAN token"),
+        InfillLayout("spm", True, False, False, "suffix first, all causal, no SPAN token"),
+        InfillLayout("spm-span", True, False, True, "suffix first, all causal, SPAN opens each span"),
+        InfillLayout("spm-bidirectional", True, True, False, "suffix first, bidirectional context"),
+        InfillLayout("spm-bidirectional-span", True, True, True, "suffix first, bidirectional context, SPAN"),
+        InfillLayout("psm", False, False, False, "text order, all causal, no SPAN token"),
+        InfillLayout("psm-span", False, False, True, "text order, all causal, SPAN opens each span"),
+    )
+}
+# The layout of models saved before layouts were a setting (and the paper's).
+LEGACY_INFILL_LAYOUT = "magnet"
+# The layout of new models and of models that were never adapted (chosen by measurement: docs/results.md).
+DEFAULT_INFILL_LAYOUT = "spm"
+
+
+def infill_layout(name: str | InfillLayout) -> InfillLayout:
+    """The layout called ``name``, with an error that lists the layouts."""
+    if isinstance(name, InfillLayout):
+        return name
+    try:
+        return INFILL_LAYOUTS[name]
+    except KeyError:
+        raise ValueError(f"infill layout {name!r} is not one of {sorted(INFILL_LAYOUTS)}") from None
+
+
 @dataclass
 class LaidOut:
     """One laid-out sequence; lists of equal length."""
 
     input_ids: list[int]
+    # Tokens that attend causally: the span block, and under a causal layout the context too.
     is_span: list[bool]
     # For each span token that is a prediction target, the index of the position whose output
     # predicts it (the token before it). Used for the missing-span loss.
     target_positions: list[int]
     targets: list[int]
     context_length: int
+    # Where each segment's tokens sit in the sequence (``segment_positions[i][j]``: token j of segment i).
+    segment_positions: list[list[int]] = field(default_factory=list)
+    # Whether each target is a span token (True) or the END that closes a span (False).
+    target_is_token: list[bool] = field(default_factory=list)
 
 
 def lay_out(
@@ -102,33 +164,44 @@ def lay_out(
     tokens: LayoutTokens,
     spans: list[list[int]] | None = None,
     prefix: list[int] | None = None,
+    layout: InfillLayout | str = LEGACY_INFILL_LAYOUT,
 ) -> LaidOut:
     """Lay out ``segments`` (the text between gaps, ``g + 1`` pieces for ``g`` gaps) and ``spans``.
 
-    With ``spans=None`` (inference) the sequence ends at the context and one SPAN token, ready to
-    decode the first span. With spans (training), each span is written out and closed with END,
-    and the targets are every span token and each END.
+    With ``spans=None`` (inference) the sequence ends where the first span begins (after SPAN in
+    the ``-span`` layouts, after the context otherwise). With spans (training and scoring), each
+    span is written out and closed with END, and the targets are every span token and each END.
     ``prefix`` (e.g. a BOS token) is placed before the context.
     """
+    layout = infill_layout(layout)
     gaps = len(segments) - 1
+    if gaps < 1 and spans is None:
+        raise ValueError("a text to infill needs at least one gap (two segments)")
     if spans is not None and len(spans) != gaps:
         raise ValueError(f"{gaps} gaps need {gaps} spans, got {len(spans)}")
+    order = [*range(1, gaps + 1), 0] if layout.suffix_first else list(range(gaps + 1))
     context: list[int] = list(prefix or [])
-    for i, segment in enumerate(segments):
-        if i:
+    segment_positions: list[list[int]] = [[] for _ in segments]
+    for k, index in enumerate(order):
+        if k:
             context.append(tokens.gap_id)
-        context.extend(segment)
+        segment_positions[index] = list(range(len(context), len(context) + len(segments[index])))
+        context.extend(segments[index])
     ids = list(context)
     target_positions: list[int] = []
     targets: list[int] = []
+    is_token: list[bool] = []
+    opener = [tokens.span_id] if layout.span_token else []
     if spans is None:
-        ids.append(tokens.span_id)
+        ids.extend(opener)
     else:
         for span in spans:
-            ids.append(tokens.span_id)
-            for token in [*span, tokens.end_id]:
+            ids.extend(opener)
+            for j, token in enumerate([*span, tokens.end_id]):
                 target_positions.append(len(ids) - 1)
                 targets.append(token)
+                is_token.append(j < len(span))
                 ids.append(token)
-    is_span = [False] * len(context) + [True] * (len(ids) - len(context))
-    return LaidOut(ids, is_span, target_positions, targets, len(context))
+    causal_context = not layout.bidirectional_context
+    is_span = [causal_context] * len(context) + [True] * (len(ids) - len(context))
+    return LaidOut(ids, is_span, target_positions, targets, len(context), segment_positions, is_token)

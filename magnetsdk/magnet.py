@@ -20,11 +20,12 @@ from magnetsdk.alignment import PrincipalShift, ShiftMode, key_tokens
 from magnetsdk.answering import Answer, AnswerSettings, ContextCache, answer_from_hits, check_question
 from magnetsdk.attention import AttentionMode
 from magnetsdk.config import MagnetConfig, Pooling, choice
+from magnetsdk.decoding import Sampling, check_decoding
 from magnetsdk.encoding import embed, prepare, special_prefix
 from magnetsdk.forward import lm_head
-from magnetsdk.generation import GenerationSettings, check_decoding, generate_texts
+from magnetsdk.generation import GenerationSettings, generate_texts
 from magnetsdk.infilling import DEFAULT_GAP_MARKER, InfillResult, decode_spans, split_gaps
-from magnetsdk.layout import LayoutTokens, resolve_layout_tokens
+from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, resolve_layout_tokens
 from magnetsdk.loading import (
     ADAPTER_CONFIG,
     Resolved,
@@ -163,6 +164,16 @@ class Magnet:
         return self._pad_id
 
     @property
+    def prefix(self) -> list[int]:
+        """The tokens the tokenizer puts before any text (a BOS), which every layout starts with."""
+        return list(self._prefix)
+
+    @property
+    def infill_layout(self) -> InfillLayout:
+        """The layout :meth:`infill` uses unless told otherwise (``magnet_config.json``'s ``infill_layout``)."""
+        return infill_layout(self.config.infill_layout)
+
+    @property
     def lock(self) -> threading.RLock:
         """The lock every call holds; hold it to run ``self.model`` directly beside other threads."""
         return self._lock
@@ -202,6 +213,7 @@ class Magnet:
                 "generate": True,
             },
             "layout_tokens": self.layout.strings(),
+            "infill_layout": self.config.infill_layout,
         }
 
     # ------------------------------------------------------------------ encode
@@ -313,11 +325,15 @@ class Magnet:
         seed: int | None = None,
         batch_size: int = 8,
         use_cache: bool = True,
+        repetition_penalty: float = 1.0,
+        layout: InfillLayout | str | None = None,
     ) -> InfillResult | list[InfillResult]:
         """Fill each ``gap_marker`` in ``text`` (or the gap between ``left`` and ``right``).
 
         Greedy by default (``temperature=0``). A list of texts is filled in batches and returns a
-        list. ``use_cache=False`` recomputes the whole sequence at every step (the slow reference).
+        list. ``layout`` defaults to the model's :attr:`infill_layout` (the one it was trained
+        with); ``repetition_penalty`` counts the span tokens decoded so far. ``use_cache=False``
+        recomputes the whole sequence at every step (the slow reference).
         """
         if text is None:
             if left is None and right is None:
@@ -329,6 +345,8 @@ class Magnet:
             single = isinstance(text, str)
             texts = [text] if single else list(text)
         check_decoding(max_new_tokens, temperature, top_p)
+        sampling = Sampling(temperature, top_p, repetition_penalty, seed)
+        chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
         pieces = [split_gaps(t, gap_marker) for t in texts]
         results: list[InfillResult] = []
         with self._lock, torch.inference_mode():
@@ -345,11 +363,11 @@ class Magnet:
                     self._prefix,
                     self._pad_id,
                     max_new_tokens=max_new_tokens,
-                    temperature=temperature,
-                    top_p=top_p,
-                    seed=None if seed is None else seed + start,
+                    sampling=sampling,
+                    layout=chosen_layout,
                     use_cache=use_cache,
                     eos_id=self.tokenizer.eos_token_id,
+                    first_row=start,
                 )
                 for segments, span_ids in zip(chunk, spans, strict=True):
                     span_texts = [self.tokenizer.decode(s, skip_special_tokens=True) for s in span_ids]
@@ -391,9 +409,8 @@ class Magnet:
         outputs: list[str] = []
         with self._lock, torch.inference_mode():
             for start in range(0, len(prompts), batch_size):
-                outputs.extend(
-                    generate_texts(self.model, self.tokenizer, prompts[start : start + batch_size], settings)
-                )
+                batch = prompts[start : start + batch_size]
+                outputs.extend(generate_texts(self.model, self.tokenizer, batch, settings, first_row=start))
         return outputs[0] if single else outputs
 
     # ------------------------------------------------------------------ answer

@@ -9,6 +9,9 @@ sentence is drawn at random (``--seed``) among those; paragraphs are used in fil
 
     python scripts/build_infill_set.py /work/shared/data/wikitext2/wiki.valid.tokens \
         --items 100 --output runs/data/wikitext-infill.jsonl
+
+The layout study selects on ``--lines 1-500`` (``infill-dev.jsonl``) and reports ``--lines 501-1000``
+(``infill-test.jsonl``), which no selection decision has seen; training holds out lines 1-1000.
 """
 
 from __future__ import annotations
@@ -31,11 +34,20 @@ def sentences_of(paragraph: str) -> list[str]:
 
 
 def build(
-    lines: list[str], items: int, context: int, min_words: int, max_words: int, seed: int
+    lines: list[str],
+    items: int,
+    context: int,
+    min_words: int,
+    max_words: int,
+    seed: int,
+    first_line: int = 1,
+    last_line: int | None = None,
 ) -> list[dict[str, object]]:
     rng = random.Random(seed)
     out: list[dict[str, object]] = []
     for number, line in enumerate(lines, 1):
+        if number < first_line or (last_line is not None and number > last_line):
+            continue
         text = line.strip()
         if not text or text.startswith("="):
             continue
@@ -63,11 +75,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-words", type=int, default=5)
     parser.add_argument("--max-words", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--lines",
+        default=None,
+        metavar="A-B",
+        help="Use only source lines A..B (1-based, inclusive), e.g. 501-1000 for a split of its own.",
+    )
     args = parser.parse_args(argv)
+    first, last = 1, None
+    if args.lines:
+        try:
+            first, last = (int(x) for x in args.lines.split("-"))
+        except ValueError:
+            parser.error(f"--lines {args.lines!r} must look like 501-1000")
     if not args.source.is_file():
         parser.error(f"{args.source} not found; pass the path of a WikiText file")
     lines = args.source.read_text(encoding="utf-8").splitlines()
-    records = build(lines, args.items, args.context, args.min_words, args.max_words, args.seed)
+    records = build(lines, args.items, args.context, args.min_words, args.max_words, args.seed, first, last)
     if len(records) < args.items:
         print(f"only {len(records)} paragraphs qualify (asked for {args.items})", file=sys.stderr)
     atomic_write_text(args.output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))

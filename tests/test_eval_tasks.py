@@ -10,12 +10,21 @@ import torch
 
 from magnetsdk.attention import AttentionMode, allowed, backend_mask
 from magnetsdk.eval.dependence import averaged_attention, eager_attention, evaluate_dependence
-from magnetsdk.eval.infill import InfillItem, build_sequences, evaluate_infill, read_infill_items
+from magnetsdk.eval.infill import (
+    InfillItem,
+    both_sides_sequence,
+    copies_context,
+    evaluate_infill,
+    left_only_sequence,
+    read_infill_items,
+    tokenize_items,
+)
 from magnetsdk.eval.lm import evaluate_lm, windows
 from magnetsdk.eval.probe import LinearProbe, evaluate_probe, read_conll
 from magnetsdk.eval.repetition import cut_prefixes, evaluate_repetition
 from magnetsdk.eval.scoring import ScoredSequence, target_nll
 from magnetsdk.forward import attn_implementation
+from magnetsdk.layout import infill_layout
 from magnetsdk.testing import tiny_magnet
 
 ITEMS = [
@@ -29,6 +38,12 @@ ITEMS = [
 def base():
     """A tiny model with the config of an unadapted model (causal mean encoding)."""
     return tiny_magnet("llama", adapted=False)
+
+
+def build_sequences(magnet, item, layout="magnet"):
+    """The (both sides in ``layout``, left-only causal) sequences that score ``item.span``."""
+    (tokens,) = tokenize_items(magnet, [item])
+    return both_sides_sequence(magnet, tokens, infill_layout(layout)), left_only_sequence(magnet, tokens)
 
 
 def hf_nll(model, ids: list[int], positions: list[int], targets: list[int], mask=None) -> np.ndarray:
@@ -70,6 +85,19 @@ def test_both_sides_nll_uses_the_hybrid_layout_and_skips_end(base):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_both_sides_nll_in_a_causal_layout_is_the_native_causal_loss(base):
+    for item in ITEMS:
+        spm, causal = build_sequences(base, item, "spm")
+        assert spm.targets == causal.targets
+        right = base.tokenizer(item.right, add_special_tokens=False)["input_ids"]
+        left = base.tokenizer(item.left, add_special_tokens=False)["input_ids"]
+        # suffix first: right GAP left, then the span right after the left side
+        assert spm.input_ids[: len(right) + 1 + len(left)] == [*right, base.layout.gap_id, *left]
+        expected = hf_nll(base.model, spm.input_ids, spm.target_positions, spm.targets)
+        (got,) = target_nll(base.model, [spm], AttentionMode.CAUSAL, base._pad_id)
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
 def test_batched_scoring_equals_one_by_one(base):
     sequences = [build_sequences(base, item)[0] for item in ITEMS]
     batched = target_nll(base.model, sequences, AttentionMode.HYBRID, base._pad_id, batch_size=3)
@@ -91,14 +119,43 @@ def test_the_right_side_matters_only_with_both_sides(base):
 def test_evaluate_infill_reports_both_perplexities(base, tmp_path):
     path = tmp_path / "items.jsonl"
     path.write_text("\n".join(json.dumps(i.__dict__) for i in ITEMS) + "\n", encoding="utf-8")
-    result = evaluate_infill(base, path, generate=2, max_new_tokens=4, show_progress=False)
+    result = evaluate_infill(
+        base, path, generate=2, max_new_tokens=4, show_progress=False, layouts=["magnet"]
+    )
     sequences = [build_sequences(base, i) for i in ITEMS]
     nll = np.concatenate(target_nll(base.model, [h for h, _ in sequences], "hybrid", base._pad_id))
     assert result.figures["ppl_both_sides"] == pytest.approx(float(np.exp(nll.mean())), rel=1e-6)
     assert result.figures["span_tokens"] == nll.size and result.figures["items"] == 3
-    assert len(result.details["infills"]) == 2 and result.details["infills"][0]["gold"] == ITEMS[0].span
+    infills = result.details["infills"]["magnet"]
+    assert len(infills) == 2 and infills[0]["gold"] == ITEMS[0].span
+    assert 0.0 <= result.figures["closed_rate"] <= 1.0
     assert result.data[0]["sha256"] and result.model["model"] == "tiny-llama"
     assert read_infill_items(path, limit=1) == ITEMS[:1]
+
+
+def test_the_shuffled_right_control_reads_the_next_items_right_side(base, tmp_path):
+    path = tmp_path / "items.jsonl"
+    path.write_text("\n".join(json.dumps(i.__dict__) for i in ITEMS) + "\n", encoding="utf-8")
+    result = evaluate_infill(base, path, show_progress=False, layouts=["spm", "magnet"])
+    for name in ("spm", "magnet"):
+        shuffled = [
+            build_sequences(base, InfillItem(i.left, i.span, ITEMS[(k + 1) % 3].right), name)[0]
+            for k, i in enumerate(ITEMS)
+        ]
+        mode = infill_layout(name).mode
+        nll = np.concatenate(target_nll(base.model, shuffled, mode, base._pad_id))
+        figures = result.details["layouts"][name]
+        assert figures["ppl_shuffled_right"] == pytest.approx(float(np.exp(nll.mean())), rel=1e-6)
+        assert figures["ppl_shuffled_right"] != figures["ppl_both_sides"]
+        assert set(figures["both_sides_by_position"]) <= {"1", "2", "3-4", "5-8", "9-16", "17+"}
+    left = result.details["left_only_by_position"]
+    assert left["1"] > 0 and "ppl_both_sides" not in result.figures  # two layouts: only per-layout names
+
+
+def test_copies_context_finds_a_five_word_run():
+    assert copies_context(" the capital of France is big", "x", "Paris , the capital of France is old")
+    assert not copies_context(" the capital of Spain is big", "the capital of", "France is big")
+    assert not copies_context(" four words only here", "four words only here", "")
 
 
 def test_infill_file_errors_name_the_line(tmp_path):

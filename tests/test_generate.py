@@ -32,6 +32,43 @@ def test_seeded_sampling_is_reproducible(llama_magnet):
     assert a == b
 
 
+def test_greedy_with_a_repetition_penalty_equals_native_generate(magnet):
+    ids = magnet.tokenizer(PROMPTS[1], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        native = magnet.model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=8,
+            min_new_tokens=8,
+            do_sample=False,
+            repetition_penalty=1.3,
+            pad_token_id=magnet.pad_id,
+        )
+    ours = magnet.generate(
+        PROMPTS[1], max_new_tokens=8, min_new_tokens=8, temperature=0, repetition_penalty=1.3
+    )
+    assert ours == magnet.tokenizer.decode(native[0, ids.shape[1] :], skip_special_tokens=True)
+
+
+def test_sampling_never_touches_the_global_generator(llama_magnet):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    llama_magnet.generate(PROMPTS, max_new_tokens=4, temperature=1.0, seed=5)
+    llama_magnet.infill("The cat [GAP] on the mat.", max_new_tokens=4, temperature=1.0, seed=5)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_seeded_row_does_not_depend_on_its_batch(llama_magnet):
+    # The seeding rule: row i of a call samples with seed + i, whatever else is in the batch.
+    together = llama_magnet.generate(PROMPTS, max_new_tokens=8, temperature=1.0, seed=11, batch_size=2)
+    first = llama_magnet.generate(PROMPTS[0], max_new_tokens=8, temperature=1.0, seed=11)
+    second = llama_magnet.generate(PROMPTS[1], max_new_tokens=8, temperature=1.0, seed=12)
+    assert together == [first, second]
+    split = llama_magnet.generate(PROMPTS, max_new_tokens=8, temperature=1.0, seed=11, batch_size=1)
+    assert split == together
+
+
 def test_chat_template(llama_magnet):
     out = llama_magnet.generate("hello", max_new_tokens=3, temperature=0, chat=True)
     assert isinstance(out, str)
@@ -73,6 +110,6 @@ def test_min_new_tokens_holds_back_the_end_of_sequence(llama_magnet):
     settings = dict(max_new_tokens=6, temperature=0, repetition_penalty=1.0)
     stopped = generate_texts(m.model, tokenizer, [PROMPTS[0]], GenerationSettings(**settings))
     held = generate_texts(m.model, tokenizer, [PROMPTS[0]], GenerationSettings(**settings, min_new_tokens=6))
-    assert stopped == [tokenizer.decode([first])]  # the EOS itself, then nothing
+    assert stopped == [""]  # the EOS came first: nothing is kept
     held_ids = tokenizer(held[0], add_special_tokens=False)["input_ids"]
     assert len(held_ids) > 1 and held_ids[0] != first

@@ -1,12 +1,13 @@
-"""Magnet.infill: the cached path equals a full hybrid recompute at every step."""
+"""Magnet.infill: in every layout the cached path equals a full recompute at every step."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from magnetsdk.infilling import _advance, _Row, decode_spans, pick_tokens
-from magnetsdk.layout import LayoutTokens
+from magnetsdk.decoding import Sampling, pick_tokens
+from magnetsdk.infilling import SpanProgram, decode_spans
+from magnetsdk.layout import INFILL_LAYOUTS, LayoutTokens, infill_layout
 
 TEXTS = [
     "The cat [GAP] on the mat.",
@@ -22,12 +23,13 @@ def contexts_of(magnet, texts):
     ]
 
 
+@pytest.mark.parametrize("layout", sorted(INFILL_LAYOUTS))
 @pytest.mark.parametrize("max_new_tokens", [1, 6])
-def test_cached_decoding_equals_full_recompute(magnet, max_new_tokens):
+def test_cached_decoding_equals_full_recompute(magnet, max_new_tokens, layout):
     contexts = contexts_of(magnet, TEXTS)
     cached_logits, full_logits = [], []
     with torch.no_grad():
-        kwargs = dict(max_new_tokens=max_new_tokens, eos_id=magnet.tokenizer.eos_token_id)
+        kwargs = dict(max_new_tokens=max_new_tokens, eos_id=magnet.tokenizer.eos_token_id, layout=layout)
         cached = decode_spans(
             magnet.model,
             contexts,
@@ -55,14 +57,31 @@ def test_cached_decoding_equals_full_recompute(magnet, max_new_tokens):
         torch.testing.assert_close(a[finite], b[finite], atol=1e-4, rtol=1e-4)
     # Each text gets one span per gap, each at most max_new_tokens long.
     assert [len(spans) for spans in cached] == [1, 2, 1, 1]
-    assert all(0 < len(span) <= max_new_tokens for spans in cached for span in spans)
+    assert all(len(span) <= max_new_tokens for spans in cached for span in spans)
 
 
-def test_batch_equals_one_by_one(magnet):
-    together = magnet.infill(TEXTS, max_new_tokens=5)
-    alone = [magnet.infill(t, max_new_tokens=5) for t in TEXTS]
+@pytest.mark.parametrize("layout", ["magnet", "spm", "spm-bidirectional-span"])
+def test_batch_equals_one_by_one(magnet, layout):
+    together = magnet.infill(TEXTS, max_new_tokens=5, layout=layout)
+    alone = [magnet.infill(t, max_new_tokens=5, layout=layout) for t in TEXTS]
     assert [r.spans for r in together] == [r.spans for r in alone]
     assert [r.span_ids for r in together] == [r.span_ids for r in alone]
+
+
+def test_the_layout_is_the_models_setting(llama_magnet):
+    text = "A dog [GAP] in the park while [GAP] play football."
+    kept = llama_magnet.config.infill_layout
+    try:
+        for name in ("magnet", "spm"):
+            llama_magnet.config.infill_layout = name
+            assert llama_magnet.infill_layout is infill_layout(name)
+            assert llama_magnet.infill(text, max_new_tokens=4).span_ids == (
+                llama_magnet.infill(text, max_new_tokens=4, layout=name).span_ids
+            )
+    finally:
+        llama_magnet.config.infill_layout = kept
+    with pytest.raises(ValueError, match="not one of"):
+        llama_magnet.infill(text, layout="sideways")
 
 
 def test_public_api_shapes(llama_magnet):
@@ -107,29 +126,31 @@ def test_bad_input(llama_magnet):
         llama_magnet.infill("a [GAP]", top_p=0)
 
 
-def test_span_state_machine():
+@pytest.mark.parametrize(("layout", "opens"), [("magnet", [3]), ("spm", [])])
+def test_span_state_machine(layout, opens):
     tokens = LayoutTokens("m", "g", "s", "e", mask_id=1, gap_id=2, span_id=3, end_id=4)
-    row = _Row(gaps=2)
-    stop = {4, 0}
-    assert _advance(row, 50, tokens, 3, stop) == 50
-    assert _advance(row, 4, tokens, 3, stop) == 4  # END closes span 1 and is fed
+    row = SpanProgram(2, tokens, infill_layout(layout), 3, frozenset({4, 0}))
+    assert row.advance(50) == 50
+    assert row.advance(4) == 4  # END closes span 1 and is fed
     assert row.spans == [[50]] and not row.done
-    assert (
-        _advance(row, 99, tokens, 3, stop) == 3
-    )  # the model's choice after END is ignored: SPAN opens span 2
-    assert _advance(row, 60, tokens, 3, stop) == 60
-    assert _advance(row, 0, tokens, 3, stop) is None  # EOS closes the last span: done, nothing to feed
-    assert row.spans == [[50], [60]] and row.done
-    assert _advance(row, 70, tokens, 3, stop) is None
-    capped = _Row(gaps=1)
+    # With a SPAN token, the model's choice after END is ignored: SPAN opens span 2.
+    # Without one, that choice is the first token of span 2.
+    assert row.advance(99) == (opens[0] if opens else 99)
+    assert row.advance(60) == 60
+    assert row.advance(0) is None  # EOS closes the last span: done, nothing to feed
+    assert row.spans == ([[50], [60]] if opens else [[50], [99, 60]])
+    assert row.done
+    assert row.advance(70) is None
+    capped = SpanProgram(1, tokens, infill_layout(layout), 2, frozenset({4, 0}))
     for token in (10, 11):
-        _advance(capped, token, tokens, 2, stop)
-    assert _advance(capped, 12, tokens, 2, stop) is None and capped.spans == [[10, 11]]
+        capped.advance(token)
+    assert capped.advance(12) is None and capped.spans == [[10, 11]]
 
 
 def test_top_p_keeps_only_the_nucleus():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     generator = torch.Generator().manual_seed(0)
-    draws = {pick_tokens(logits, 1.0, 0.7, generator).item() for _ in range(200)}
+    nucleus = Sampling(temperature=1.0, top_p=0.7)
+    draws = {pick_tokens(logits, nucleus, [generator]).item() for _ in range(200)}
     assert draws == {0, 1}
-    assert pick_tokens(logits, 0.0, 0.7, None).item() == 0
+    assert pick_tokens(logits, Sampling(), [None]).item() == 0

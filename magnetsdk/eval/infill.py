@@ -1,22 +1,27 @@
-"""Infill perplexity: how well a model predicts a known span given both sides vs the left side only.
+"""Infill quality: how well a model predicts a known span from both sides, per layout, with controls.
 
 Input: jsonl, one ``{"left": ..., "span": ..., "right": ...}`` per line; the three texts are joined
 as they are (put the separating spaces inside them, e.g. a span that starts with a space).
 
-Two perplexities of exactly the same span tokens:
+For each :class:`magnetsdk.layout.InfillLayout` asked for, the perplexity of exactly the same span
+tokens (END excluded, so every row averages over the same tokens):
 
-- (a) ``both sides``: the hybrid layout that ``Magnet.infill`` decodes with
-  (:func:`magnetsdk.layout.lay_out`: ``left GAP right SPAN s1 .. sk END``, context bidirectional,
-  span causal and seeing all context);
-- (b) ``left only``: the plain causal LM loss of ``s1 .. sk`` after ``left``.
+- ``both sides``: the span laid out after its context in that layout (what ``Magnet.infill``
+  decodes with);
+- ``shuffled right``: the same, with each item's right side replaced by the next item's (a control:
+  a layout that only gains from *having* a right side, not from reading it, scores the same);
 
-The END token that closes the span in (a) is not scored, so (a) and (b) average over the same
-tokens and their difference is what the right context (and the layout) adds.
+and once, the ``left only`` perplexity (the plain causal LM loss of the span after the left side),
+the reference both-sides perplexity must beat. Perplexity by position inside the span
+(:data:`POSITION_BUCKETS`) shows where the right side helps. With ``generate > 0`` the first
+``generate`` items are also filled greedily in each layout: the share of spans closed within the
+budget and the share that copy a run of :data:`COPY_WORDS` words of either side.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from magnetsdk.attention import AttentionMode
 from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.eval.scoring import ScoredSequence, perplexity, target_nll
-from magnetsdk.layout import lay_out
+from magnetsdk.layout import InfillLayout, infill_layout, lay_out
+
+# Span positions (1-based) grouped for the by-position perplexity: 1, 2, 3-4, 5-8, 9-16, 17+.
+POSITION_BUCKETS = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, None))
+COPY_WORDS = 5
 
 
 @dataclass
@@ -43,6 +51,8 @@ def read_infill_items(path: str | Path, limit: int | None = None) -> list[Infill
         lines = source.read_text(encoding="utf-8").splitlines()
     except OSError as error:
         raise FileNotFoundError(f"cannot read infill file {source}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{source} is not UTF-8 text ({error.reason}); save it as UTF-8") from None
     items: list[InfillItem] = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -68,21 +78,67 @@ def read_infill_items(path: str | Path, limit: int | None = None) -> list[Infill
     return items
 
 
-def build_sequences(magnet: Any, item: InfillItem) -> tuple[ScoredSequence, ScoredSequence]:
-    """The (hybrid, left-only causal) sequences that score ``item.span``'s tokens."""
-    tokenize = magnet.tokenizer
-    left = tokenize(item.left, add_special_tokens=False)["input_ids"]
-    span = tokenize(item.span, add_special_tokens=False)["input_ids"]
-    right = tokenize(item.right, add_special_tokens=False)["input_ids"]
-    prefix = list(magnet._prefix)
-    laid = lay_out([left, right], magnet.layout, spans=[span], prefix=prefix)
-    # The targets are the span tokens and then END; END is dropped so (a) and (b) score the same tokens.
-    hybrid = ScoredSequence(laid.input_ids, laid.target_positions[:-1], laid.targets[:-1], laid.is_span)
-    ids = prefix + left + span
-    first = len(prefix) + len(left)
-    causal = ScoredSequence(ids, list(range(first - 1, first - 1 + len(span))), span)
-    assert hybrid.targets == causal.targets
-    return hybrid, causal
+@dataclass
+class TokenizedItem:
+    left: list[int]
+    span: list[int]
+    right: list[int]
+
+
+def tokenize_items(magnet: Any, items: list[InfillItem]) -> list[TokenizedItem]:
+    def ids(text: str) -> list[int]:
+        return magnet.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    return [TokenizedItem(ids(i.left), ids(i.span), ids(i.right)) for i in items]
+
+
+def both_sides_sequence(
+    magnet: Any, item: TokenizedItem, layout: InfillLayout, right: list[int] | None = None
+) -> ScoredSequence:
+    """The span scored after its context in ``layout`` (``right`` replaces the item's right side)."""
+    laid = lay_out(
+        [item.left, item.right if right is None else right],
+        magnet.layout,
+        spans=[item.span],
+        prefix=magnet.prefix,
+        layout=layout,
+    )
+    # The targets are the span tokens and then END; END is dropped so every row scores the same tokens.
+    return ScoredSequence(laid.input_ids, laid.target_positions[:-1], laid.targets[:-1], laid.is_span)
+
+
+def left_only_sequence(magnet: Any, item: TokenizedItem) -> ScoredSequence:
+    ids = magnet.prefix + item.left + item.span
+    first = len(magnet.prefix) + len(item.left)
+    return ScoredSequence(ids, list(range(first - 1, first - 1 + len(item.span))), item.span)
+
+
+def by_position(nll: list[np.ndarray]) -> dict[str, float]:
+    """Perplexity of the span tokens at each position bucket (1-based positions inside the span)."""
+    out: dict[str, float] = {}
+    for low, high in POSITION_BUCKETS:
+        picked = [x[low - 1 : high] for x in nll if x.size >= low]
+        name = f"{low}" if low == high else (f"{low}-{high}" if high else f"{low}+")
+        if any(p.size for p in picked):
+            out[name] = perplexity(picked)
+    return out
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def copies_context(span: str, left: str, right: str, n: int = COPY_WORDS) -> bool:
+    """Whether ``span`` contains a run of ``n`` words that also occurs in ``left`` or ``right``."""
+    words = _words(span)
+    if len(words) < n:
+        return False
+    grams = {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+    for side in (left, right):
+        side_words = _words(side)
+        if grams & {tuple(side_words[i : i + n]) for i in range(len(side_words) - n + 1)}:
+            return True
+    return False
 
 
 def evaluate_infill(
@@ -93,73 +149,122 @@ def evaluate_infill(
     generate: int = 0,
     max_new_tokens: int = 32,
     show_progress: bool = True,
+    layouts: list[str] | None = None,
 ) -> EvalResult:
-    """Perplexity of each span with both sides (hybrid) and with the left side only (causal).
-
-    ``generate`` > 0 also fills the first ``generate`` gaps greedily, kept for reading.
-    """
+    """Span perplexity with both sides in each layout (default: the model's own), the shuffled-right
+    control, and the left side only; optionally greedy fills of the first ``generate`` items."""
     started, start = utc_now(), time.perf_counter()
     items = read_infill_items(path, limit)
-    pairs = [build_sequences(magnet, item) for item in items]
-    with magnet._lock:
-        both = target_nll(
-            magnet.model,
-            [h for h, _ in pairs],
-            AttentionMode.HYBRID,
-            magnet._pad_id,
-            batch_size,
-            show_progress,
-            "infill both sides",
-        )
-        left = target_nll(
-            magnet.model,
-            [c for _, c in pairs],
-            AttentionMode.CAUSAL,
-            magnet._pad_id,
-            batch_size,
-            show_progress,
-            "infill left only",
-        )
-    tokens = sum(x.size for x in both)
-    ppl_both, ppl_left = perplexity(both), perplexity(left)
-    figures = {
-        "ppl_both_sides": ppl_both,
+    if len(items) < 2:
+        raise ValueError(f"{path} holds one item; the shuffled-right control needs at least two")
+    chosen = [infill_layout(name) for name in (layouts or [magnet.infill_layout.name])]
+    tokenized = tokenize_items(magnet, items)
+    # The control: item i read with item i+1's right side (a fixed rotation, so it is reproducible).
+    shuffled_right = [tokenized[(i + 1) % len(tokenized)].right for i in range(len(tokenized))]
+
+    def score(sequences: list[ScoredSequence], mode: str, desc: str) -> list[np.ndarray]:
+        return target_nll(magnet.model, sequences, mode, magnet.pad_id, batch_size, show_progress, desc)
+
+    with magnet.lock:
+        left = score([left_only_sequence(magnet, t) for t in tokenized], "causal", "infill left only")
+        per_layout: dict[str, dict[str, Any]] = {}
+        for layout in chosen:
+            both = score(
+                [both_sides_sequence(magnet, t, layout) for t in tokenized],
+                layout.mode,
+                f"{layout.name} both",
+            )
+            control = score(
+                [
+                    both_sides_sequence(magnet, t, layout, r)
+                    for t, r in zip(tokenized, shuffled_right, strict=True)
+                ],
+                layout.mode,
+                f"{layout.name} shuffled right",
+            )
+            per_layout[layout.name] = {"both": both, "shuffled": control}
+
+    ppl_left = perplexity(left)
+    tokens = sum(x.size for x in left)
+    figures: dict[str, Any] = {
         "ppl_left_only": ppl_left,
-        "nll_both_sides": float(np.log(ppl_both)),
         "nll_left_only": float(np.log(ppl_left)),
         "items": len(items),
         "span_tokens": tokens,
     }
-    details: dict[str, Any] = {
-        "per_item_nll": [
-            {"both_sides": float(b.mean()), "left_only": float(c.mean()), "tokens": int(b.size)}
-            for b, c in zip(both, left, strict=True)
-        ]
-    }
+    rows: list[list[Any]] = [["left only (causal)", "", ppl_left, "", "", tokens]]
+    details: dict[str, Any] = {"left_only_by_position": by_position(left), "layouts": {}}
+    for name, scored in per_layout.items():
+        ppl_both, ppl_shuffled = perplexity(scored["both"]), perplexity(scored["shuffled"])
+        layout_figures = {
+            "ppl_both_sides": ppl_both,
+            "ppl_shuffled_right": ppl_shuffled,
+            "both_over_left": ppl_both / ppl_left,
+            "shuffled_over_both": ppl_shuffled / ppl_both,
+        }
+        details["layouts"][name] = {
+            **layout_figures,
+            "both_sides_by_position": by_position(scored["both"]),
+            "shuffled_right_by_position": by_position(scored["shuffled"]),
+            "per_item_nll": [
+                {"both_sides": float(b.mean()), "left_only": float(c.mean()), "tokens": int(b.size)}
+                for b, c in zip(scored["both"], left, strict=True)
+            ],
+        }
+        figures.update({f"{k}[{name}]": v for k, v in layout_figures.items()})
+        rows.append([f"both sides ({name})", name, ppl_both, ppl_both / ppl_left, ppl_shuffled, tokens])
+    if len(chosen) == 1:  # one layout: its figures also under the plain names
+        only = details["layouts"][chosen[0].name]
+        figures.update({k: only[k] for k in ("ppl_both_sides", "ppl_shuffled_right", "both_over_left")})
+        figures["nll_both_sides"] = float(np.log(only["ppl_both_sides"]))
+
     if generate > 0:
-        chosen = items[:generate]
-        filled = magnet.infill(
-            [f"{i.left}[GAP]{i.right}" for i in chosen], max_new_tokens=max_new_tokens, temperature=0.0
-        )
-        details["infills"] = [
-            {"left": i.left, "gold": i.span, "generated": r.spans[0], "right": i.right}
-            for i, r in zip(chosen, filled, strict=True)
-        ]
+        details["infills"] = {}
+        picked = items[:generate]
+        texts = [f"{i.left}[GAP]{i.right}" for i in picked]
+        for layout in chosen:
+            filled = magnet.infill(texts, max_new_tokens=max_new_tokens, temperature=0.0, layout=layout.name)
+            closed = [len(r.span_ids[0]) < max_new_tokens for r in filled]
+            copied = [
+                copies_context(r.spans[0], i.left, i.right) for i, r in zip(picked, filled, strict=True)
+            ]
+            figures[f"closed_rate[{layout.name}]"] = float(np.mean(closed))
+            figures[f"copy_rate[{layout.name}]"] = float(np.mean(copied))
+            details["infills"][layout.name] = [
+                {
+                    "left": i.left,
+                    "gold": i.span,
+                    "generated": r.spans[0],
+                    "right": i.right,
+                    "closed": c,
+                    "copies": k,
+                }
+                for i, r, c, k in zip(picked, filled, closed, copied, strict=True)
+            ]
+        if len(chosen) == 1:
+            figures["closed_rate"] = figures[f"closed_rate[{chosen[0].name}]"]
+            figures["copy_rate"] = figures[f"copy_rate[{chosen[0].name}]"]
+
+    headers = ["context", "layout", "span perplexity", "/ left only", "shuffled right", "span tokens"]
+    if generate > 0:
+        headers += ["closed", f"copies {COPY_WORDS} words"]
+        for row in rows:
+            name = row[1]
+            row += [figures[f"closed_rate[{name}]"], figures[f"copy_rate[{name}]"]] if name else ["", ""]
     return EvalResult(
         task="infill",
         figures=figures,
-        headers=["context", "span perplexity", "nll / token", "span tokens"],
-        rows=[
-            ["both sides (hybrid layout)", ppl_both, figures["nll_both_sides"], tokens],
-            ["left only (causal)", ppl_left, figures["nll_left_only"], tokens],
-        ],
+        headers=headers,
+        rows=rows,
         settings={
             "limit": limit,
             "batch_size": batch_size,
             "generate": generate,
             "max_new_tokens": max_new_tokens,
-            "scored_tokens": "span tokens only; the END token of the hybrid layout is excluded so both "
-            "perplexities average over exactly the same tokens",
+            "layouts": [layout.name for layout in chosen],
+            "scored_tokens": "span tokens only; the END token is excluded so every perplexity averages "
+            "over exactly the same tokens",
+            "shuffled_right": "item i's right side replaced by item i+1's (the last item takes the first's)",
         },
         model=magnet.identity.to_dict(),
         data=[data_file(path)],
