@@ -233,7 +233,9 @@ def test_bad_stage1_directories_and_incomplete_mixtures_fail_clearly(tmp_path, m
 def test_a_version_1_config_reads_as_no_mixture(tmp_path):
     data = MagnetConfig(base_model="x").to_dict()
     data.pop("mixture")
+    data.pop("infill_layout")
     data["format_version"] = 1
     (tmp_path / CONFIG_NAME).write_text(json.dumps(data))
     config = MagnetConfig.load(tmp_path)
-    assert config.mixture == {} and config.format_version == 2
+    assert config.mixture == {} and config.format_version == 3
+    assert config.infill_layout == "magnet"  # the one layout models of that version were trained with
