@@ -72,6 +72,12 @@ def test_yaml_file(tmp_path):
         ({"positives": "pairs"}, "needs pair files"),
         ({"lm_attention": "bidirectional"}, "bidirectional. lets spans see"),
         ({"lm_attention": "causal", "recipe": "mntp-only"}, "MNTP needs a bidirectional"),
+        ({"infill_layout": "sideways"}, "infill layout 'sideways' is not one of"),
+        ({"infill_layout": "spm", "msg_mask_fraction": 0.5}, "cannot be MNTP-masked too"),
+        ({"infill_layout": "magnet", "context_loss": True}, "context_loss needs a causal"),
+        ({"span_sentence_share": 0.9}, "must be >= 0 and sum to 1"),
+        ({"span_unit": "letter"}, "span_unit='letter' is not one of"),
+        ({"mntp_fraction": 2.0}, "mntp_fraction=2.0 must be between 0 and 1"),
     ],
 )
 def test_bad_settings_name_the_field(kwargs, message):

@@ -46,8 +46,9 @@ def test_training_lowers_the_losses_and_exports_a_model_that_loads(tmp_path, bas
     records = read_metrics(result.metrics_path)
     assert [r["step"] for r in records] == list(range(1, 31))
     for key in ("mntp", "msg", "sscl"):
-        first = np.mean([r[key] for r in records[:5]])
-        last = np.mean([r[key] for r in records[-5:]])
+        # A step whose batch drew no example of an objective logs no value for it.
+        first = np.mean([r[key] for r in records[:8] if r.get(key) is not None])
+        last = np.mean([r[key] for r in records[-8:] if r.get(key) is not None])
         assert last < first, f"{key} did not fall: {first:.3f} -> {last:.3f}"
     out = result.output_dir
     for name in ("adapter_model.safetensors", "adapter_config.json", "magnet_config.json", "loss_curve.png"):

@@ -25,7 +25,7 @@ from magnetsdk.train.collate import (
 )
 from magnetsdk.train.config import PositiveSource, TrainConfig
 from magnetsdk.train.data import DataError, Order, read_pairs, read_texts, tokenize_texts
-from magnetsdk.train.masking import example_rng
+from magnetsdk.train.masking import SpanShapes, WordBoundaries, example_rng
 from magnetsdk.train.views import (
     DropoutViews,
     PairViews,
@@ -116,6 +116,7 @@ class Batches:
                     f"{max(global_batch, 2)}; add data or lower --batch-size"
                 )
             self.view_order = Order(self.views.size, config.seed + 1)
+        word_spans = config.span_unit == "word" and config.uses_lm
         self.settings = LMSettings(
             mntp=bool(config.mntp_weight),
             msg=bool(config.msg_weight),
@@ -124,6 +125,20 @@ class Batches:
             max_spans=config.max_spans,
             no_context_fraction=config.no_context_fraction,
             input_mask_probability=config.input_mask_probability,
+            layout=config.infill_layout,
+            mntp_fraction=config.mntp_fraction,
+            msg_mask_fraction=config.msg_mask_fraction,
+            span_shapes=SpanShapes(
+                config.span_sentence_share,
+                config.span_phrase_share,
+                config.span_end_share,
+                config.phrase_max_words,
+                config.max_span_share,
+            )
+            if word_spans
+            else None,
+            boundaries=WordBoundaries.from_tokenizer(self.tokenizer) if word_spans else None,
+            context_loss=config.context_loss,
         )
 
     def _positive_views(self, texts: list[str], pairs, model) -> PositiveViews:

@@ -1,17 +1,21 @@
 """Turn examples into the tensors of one training step.
 
-Language modelling (MNTP + MSG) uses *one sequence per example*, laid out exactly like
-``Magnet.infill`` lays out a query (:func:`magnetsdk.layout.lay_out`)::
+Language modelling uses *one sequence per example*, laid out exactly like ``Magnet.infill`` lays
+out a query (:func:`magnetsdk.layout.lay_out`, in the run's :class:`magnetsdk.layout.InfillLayout`).
+An example is one of three kinds, drawn per example:
 
-    BOS  t1 [M] t3 GAP t6 t7 [M] t9   SPAN t4 t5 END
-    \\_____ context, MNTP-masked ____/  \\_ span block _/   one hybrid mask over the whole row
+- *next-token*: no context, ``BOS t1 ... tn EOS``, every token a span token, so the hybrid mask
+  reduces to the causal mask that ``generate`` uses (``no_context_fraction`` of the examples);
+- *MNTP*: the whole text as a bidirectional context with tokens masked; the output at position
+  ``l - 1`` predicts the original token at ``l`` (LLM2Vec's "shifted" MNTP; ``mntp_fraction`` of
+  the rest when both MNTP and MSG train);
+- *MSG*: spans cut out of the text (at word boundaries: sentences, phrases, a gap at the end), the
+  context left clean (``msg_mask_fraction`` of them also MNTP-masked, the paper's combined
+  example), span tokens and each END predicted from the position before them; under a causal
+  layout the context tokens can carry a loss too (``context_loss``)::
 
-- MNTP: the output at position ``l - 1`` predicts the original token at a selected context
-  position ``l`` (the model keeps its next-token head; LLM2Vec's "shifted" MNTP).
-- MSG: span tokens and each END are predicted from the position before them
-  (``LaidOut.target_positions``).
-- An example without context is plain next-token prediction: ``BOS t1 ... tn EOS``, every token
-  a span token, so the hybrid mask reduces to the causal mask that ``generate`` uses.
+    magnet:  BOS t1 t2 GAP t6 t7 t8 t9   SPAN t3 t4 t5 END     context bidirectional, spans causal
+    spm:     BOS t6 t7 t8 t9 GAP t1 t2   t3 t4 t5 END          all causal
 
 Contrastive views are the instruction-prefixed inputs of :func:`magnetsdk.encoding.prepare`, so
 training encodes exactly like ``Magnet.encode``.
@@ -23,10 +27,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from magnetsdk.train.masking import choose_spans, input_mask, mntp_mask
+from magnetsdk.train.masking import (
+    SpanShapes,
+    WordBoundaries,
+    choose_spans,
+    choose_word_spans,
+    input_mask,
+    mntp_mask,
+)
 
 from magnetsdk.encoding import EncodeInput, pad_batch, prepare
-from magnetsdk.layout import LayoutTokens, lay_out
+from magnetsdk.layout import LEGACY_INFILL_LAYOUT, InfillLayout, LayoutTokens, infill_layout, lay_out
 
 
 @dataclass
@@ -40,6 +51,29 @@ class LMSettings:
     max_spans: int
     no_context_fraction: float
     input_mask_probability: float
+    layout: InfillLayout | str = LEGACY_INFILL_LAYOUT
+    # Of the examples with context, when MNTP and MSG both train: the share that are MNTP examples.
+    mntp_fraction: float = 0.0
+    # Of the MSG examples: the share whose context is also MNTP-masked (1.0: every one, the paper's way).
+    msg_mask_fraction: float = 1.0
+    # Word-boundary spans (None: token spans of about ``span_fraction``, the older recipe).
+    span_shapes: SpanShapes | None = None
+    boundaries: WordBoundaries | None = None
+    context_loss: bool = False  # causal layouts: the context tokens are next-token targets too
+
+    def __post_init__(self) -> None:
+        self.layout = infill_layout(self.layout)
+        if self.span_shapes is not None and self.boundaries is None:
+            raise ValueError("word-boundary spans need the tokenizer's WordBoundaries")
+        if not self.layout.bidirectional_context and self.mntp and self.msg and self.msg_mask_fraction > 0:
+            raise ValueError(
+                f"the {self.layout.name!r} layout reads its context causally, so MSG examples cannot be "
+                "MNTP-masked too; set msg_mask_fraction=0 (MNTP then trains in its own examples)"
+            )
+        if self.context_loss and self.layout.bidirectional_context:
+            raise ValueError(
+                f"context_loss needs a causal layout; under {self.layout.name!r} a context token sees itself"
+            )
 
 
 @dataclass
@@ -64,8 +98,32 @@ def build_lm_example(
     """One training sequence for the text ``ids`` (already within the length budget)."""
     if settings.msg and rng.random() < settings.no_context_fraction:
         return _next_token_example(ids, tokens, prefix, eos_id, settings, rng)
+    mntp_only = not settings.msg or (
+        settings.mntp and settings.mntp_fraction > 0 and rng.random() < settings.mntp_fraction
+    )
+    if mntp_only:
+        return _context_example(ids, [], tokens, prefix, vocab_size, settings, rng, masked=True)
+    share = settings.msg_mask_fraction
+    masked = settings.mntp and share > 0 and (share >= 1 or rng.random() < share)
+    spans: list[tuple[int, int]] = []
+    if settings.span_shapes is not None:
+        spans = choose_word_spans(ids, settings.boundaries, settings.span_shapes, settings.max_spans, rng)
+    if not spans:
+        spans = choose_spans(len(ids), settings.span_fraction, settings.max_spans, rng)
+    return _context_example(ids, spans, tokens, prefix, vocab_size, settings, rng, masked)
 
-    spans = choose_spans(len(ids), settings.span_fraction, settings.max_spans, rng) if settings.msg else []
+
+def _context_example(
+    ids: list[int],
+    spans: list[tuple[int, int]],
+    tokens: LayoutTokens,
+    prefix: list[int],
+    vocab_size: int,
+    settings: LMSettings,
+    rng: np.random.Generator,
+    masked: bool,
+) -> LMExample:
+    """``ids`` with ``spans`` cut out (none: an MNTP example), laid out; MNTP-masked when ``masked``."""
     segments: list[list[int]] = []
     start = 0
     for s, e in spans:
@@ -73,38 +131,33 @@ def build_lm_example(
         start = e
     segments.append(ids[start:])
     span_ids = [ids[s:e] for s, e in spans]
-
-    # Absolute position of every segment token in the laid-out context.
-    positions: list[int] = []
-    offset = len(prefix)
-    for i, segment in enumerate(segments):
-        offset += 1 if i else 0  # the GAP before segment i
-        positions.extend(range(offset, offset + len(segment)))
-        offset += len(segment)
-    flat = [t for segment in segments for t in segment]
-
+    # An MNTP example (no spans) always reads its context bidirectionally, whatever the run's layout.
+    layout = settings.layout if spans else infill_layout(LEGACY_INFILL_LAYOUT)
+    laid = lay_out(segments, tokens, spans=span_ids, prefix=prefix, layout=layout)
+    input_ids = list(laid.input_ids)
+    positions = [p for segment in laid.segment_positions for p in segment]  # context tokens, text order
     mntp_positions: list[int] = []
     mntp_targets: list[int] = []
-    if settings.mntp:
+    if masked:
+        flat = [input_ids[p] for p in positions]
         eligible = [i for i, p in enumerate(positions) if p >= 1]  # position 0 has no predecessor
-        masked = mntp_mask(flat, settings.mntp_probability, tokens.mask_id, vocab_size, rng, eligible)
-        flat = masked.ids
-        mntp_positions = [positions[i] - 1 for i in masked.selected]
-        mntp_targets = masked.originals
-    masked_segments = []
-    start = 0
-    for segment in segments:
-        masked_segments.append(flat[start : start + len(segment)])
-        start += len(segment)
-
-    laid = lay_out(masked_segments, tokens, spans=span_ids, prefix=prefix)
+        chosen = mntp_mask(flat, settings.mntp_probability, tokens.mask_id, vocab_size, rng, eligible)
+        for i, p in enumerate(positions):
+            input_ids[p] = chosen.ids[i]
+        mntp_positions = [positions[i] - 1 for i in chosen.selected]
+        mntp_targets = chosen.originals
+    msg_positions, msg_targets = list(laid.target_positions), list(laid.targets)
+    if settings.context_loss and spans:
+        context = sorted(p for p in positions if p >= 1)
+        msg_positions = [p - 1 for p in context] + msg_positions
+        msg_targets = [input_ids[p] for p in context] + msg_targets
     return LMExample(
-        input_ids=laid.input_ids,
+        input_ids=input_ids,
         is_span=laid.is_span,
         mntp_positions=mntp_positions,
         mntp_targets=mntp_targets,
-        msg_positions=laid.target_positions,
-        msg_targets=laid.targets,
+        msg_positions=msg_positions,
+        msg_targets=msg_targets,
     )
 
 

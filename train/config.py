@@ -77,8 +77,20 @@ class TrainConfig:
     mntp_first_fraction: float | None = None  # steps training MNTP alone before the rest (LLM2Vec)
     positives: PositiveSource | None = None
     mntp_probability: float = 0.2  # context tokens selected for MNTP (80/10/10 of them)
-    span_fraction: float = 0.15  # share of a text's tokens removed as MSG spans
+    span_fraction: float = 0.15  # share of a text's tokens removed as token spans (span_unit 'token')
     max_spans: int = 3
+
+    # --- missing-span examples (see magnetsdk.train.collate; None: the recipe decides)
+    infill_layout: str | None = None  # a name in magnetsdk.layout.INFILL_LAYOUTS, stored with the model
+    mntp_fraction: float | None = None  # of the examples with context: MNTP examples (the rest MSG)
+    msg_mask_fraction: float | None = None  # of MSG examples: context also MNTP-masked (the paper's way)
+    span_unit: str | None = None  # 'word': sentences / phrases / end gaps at word boundaries; 'token'
+    span_sentence_share: float = 0.6  # word spans: whole sentences
+    span_phrase_share: float = 0.3  # word spans: phrases of 1..phrase_max_words words
+    span_end_share: float = 0.1  # word spans: a gap running to the end of the text
+    phrase_max_words: int = 6
+    max_span_share: float = 0.5  # word spans take at most this share of a text's tokens
+    context_loss: bool | None = None  # causal layouts: the context tokens are next-token targets too
     temperature: float = 0.05  # InfoNCE: cosine similarity / temperature
     instruction: str | None = None  # None: magnetsdk's default instruction (what Magnet.encode uses)
     attention_dropout: float | None = None  # None: 0.1 with dropout positives, else 0.0
@@ -137,6 +149,8 @@ class TrainConfig:
             self.positives = PositiveSource.PAIRS if self.pairs else PositiveSource.PARAPHRASE
         if self.attention_dropout is None:
             self.attention_dropout = 0.1 if self.positives is PositiveSource.DROPOUT else 0.0
+        if self.span_unit not in ("word", "token"):
+            raise ValueError(f"span_unit={self.span_unit!r} is not one of ['word', 'token']")
         self.schedule = _enum(Schedule, self.schedule, "schedule")
         self.mixed_precision = _enum(MixedPrecision, self.mixed_precision, "mixed_precision")
         self._validate()
@@ -164,6 +178,8 @@ class TrainConfig:
             "span_fraction",
             "attention_dropout",
             "lora_dropout",
+            "mntp_fraction",
+            "msg_mask_fraction",
         ):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
@@ -180,6 +196,7 @@ class TrainConfig:
                 "MNTP needs a bidirectional context (lm_attention 'hybrid' or 'bidirectional'); "
                 "under 'causal' set mntp_weight=0 (the meap recipe)"
             )
+        self.lm_settings_check()
         if self.mntp_first_fraction and not self.mntp_weight:
             raise ValueError(
                 "mntp_first_fraction > 0 needs mntp_weight > 0 (the first stage trains MNTP alone)"
@@ -214,6 +231,33 @@ class TrainConfig:
             raise ValueError("warmup_steps, weight_decay and max_grad_norm must be >= 0")
         if self.sscl_weight and self.batch_size < 2 and self.positives is not PositiveSource.PAIRS:
             raise ValueError("SSCL needs in-batch negatives: batch_size must be at least 2")
+
+    def lm_settings_check(self) -> None:
+        """The span settings' own checks (layout name, shares), with the messages of the collator."""
+        from magnetsdk.train.masking import SpanShapes
+
+        from magnetsdk.layout import infill_layout
+
+        layout = infill_layout(self.infill_layout)
+        SpanShapes(
+            self.span_sentence_share,
+            self.span_phrase_share,
+            self.span_end_share,
+            self.phrase_max_words,
+            self.max_span_share,
+        )
+        if not layout.bidirectional_context and self.msg_weight:
+            if self.mntp_weight and self.msg_mask_fraction:
+                raise ValueError(
+                    f"infill_layout={layout.name!r} reads its context causally, so MSG examples cannot be "
+                    "MNTP-masked too; set msg_mask_fraction=0 (MNTP then trains in its own examples)"
+                )
+            if self.lm_attention is not LMAttention.HYBRID and self.mntp_weight:
+                raise ValueError("MNTP beside a causal infill layout needs lm_attention='hybrid'")
+        if self.context_loss and layout.bidirectional_context:
+            raise ValueError(
+                f"context_loss needs a causal infill layout; under {layout.name!r} a context token sees itself"
+            )
 
     # ------------------------------------------------------------------ views
 

@@ -68,6 +68,7 @@ def export_model(
     uses_sscl: bool,
     lm_attention: str,
     training: dict[str, Any],
+    infill_layout: str,
     full_weights: bool,
     state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
@@ -81,6 +82,7 @@ def export_model(
         encode_attention=mode,
         pooling=pooling,
         layout_tokens=layout.strings(),
+        infill_layout=infill_layout,
         adapted=True,
         training=training,
     )

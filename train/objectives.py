@@ -134,10 +134,12 @@ class MagnetObjectives(torch.nn.Module):
             ):
                 if not weight:
                     continue
-                count = global_sum(torch.tensor(float(targets.numel()), device=hidden.device)).clamp_min(1.0)
+                present = global_sum(torch.tensor(float(targets.numel()), device=hidden.device))
+                count = present.clamp_min(1.0)
                 summed = token_loss_sum(self.model, hidden, rows, positions, targets)
                 total = total + weight * summed / count * world
-                value = float(global_sum(summed) / count)
+                # A global batch without targets of this objective (e.g. no MNTP example drawn) logs none.
+                value = float(global_sum(summed) / count) if float(present) > 0 else None
                 if name == "mntp":
                     mntp = value
                 else:

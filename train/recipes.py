@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from magnetsdk.layout import DEFAULT_INFILL_LAYOUT
+
 _MAGNET: dict[str, Any] = {
     "mntp_weight": 1.0,
     "sscl_weight": 1.0,
@@ -30,6 +32,13 @@ _MAGNET: dict[str, Any] = {
     "mntp_first_fraction": 0.0,
     "positives": "auto",
     "lora_target_modules": "all-linear",  # peft: every linear projection of the decoder
+    # Missing-span examples (docs/results.md, "Infill layouts"): spans read a clean context in the
+    # layout chosen by measurement, MNTP trains in its own examples, spans are cut at word boundaries.
+    "infill_layout": DEFAULT_INFILL_LAYOUT,
+    "mntp_fraction": 0.3,
+    "msg_mask_fraction": 0.0,
+    "span_unit": "word",
+    "context_loss": False,
 }
 
 # The FFN projections of the gated-MLP decoders magnetsdk supports (Llama, Qwen2, Mistral, ...).
@@ -44,6 +53,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         "no_context_fraction": 0.0,
         "mntp_first_fraction": 0.5,
         "positives": "dropout",
+        "infill_layout": "magnet",
     },
     "meap": {
         **_MAGNET,

@@ -405,6 +405,7 @@ class _Run:
             uses_sscl=config.uses_sscl,
             lm_attention=config.lm_attention.value,
             training=training,
+            infill_layout=config.infill_layout,
             full_weights=config.full_finetune,
             state_dict=weights,
         )
