@@ -42,6 +42,31 @@ def split_gaps(text: str, marker: str) -> list[str]:
     return pieces
 
 
+def move_spaces_into_gaps(segments: list[str]) -> tuple[list[str], list[str]]:
+    """Take the spaces that end a segment before a gap out of it: ``"is in [GAP]"`` is read as
+    ``"is in"`` followed by a span such as ``" Paris"``, because a word's leading space belongs to the
+    word (that is how the tokenizer splits text, and how training cuts spans). Returns the segments
+    and the spaces taken before each gap (:func:`join_filled` puts them back when a span lacks one)."""
+    kept, moved = [], []
+    for i, segment in enumerate(segments):
+        if i == len(segments) - 1:
+            kept.append(segment)
+            continue
+        core = segment.rstrip(" ")
+        kept.append(core)
+        moved.append(segment[len(core) :])
+    return kept, moved
+
+
+def join_filled(segments: list[str], spans: list[str], moved: list[str]) -> tuple[str, list[str]]:
+    """The filled text and each span as written into it (with the moved space where it had none)."""
+    written = [
+        space + span if space and not span[:1].isspace() else span
+        for span, space in zip(spans, moved, strict=True)
+    ]
+    return segments[0] + "".join(s + seg for s, seg in zip(written, segments[1:], strict=True)), written
+
+
 @dataclass
 class SpanProgram:
     """One text's spans: decode up to ``max_new_tokens`` per gap; END (or EOS) closes a span."""

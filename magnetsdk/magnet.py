@@ -24,7 +24,14 @@ from magnetsdk.decoding import Sampling, check_decoding
 from magnetsdk.encoding import embed, prepare, special_prefix
 from magnetsdk.forward import lm_head
 from magnetsdk.generation import GenerationSettings, generate_texts
-from magnetsdk.infilling import DEFAULT_GAP_MARKER, InfillResult, decode_spans, split_gaps
+from magnetsdk.infilling import (
+    DEFAULT_GAP_MARKER,
+    InfillResult,
+    decode_spans,
+    join_filled,
+    move_spaces_into_gaps,
+    split_gaps,
+)
 from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, resolve_layout_tokens
 from magnetsdk.loading import (
     ADAPTER_CONFIG,
@@ -347,7 +354,7 @@ class Magnet:
         check_decoding(max_new_tokens, temperature, top_p)
         sampling = Sampling(temperature, top_p, repetition_penalty, seed)
         chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
-        pieces = [split_gaps(t, gap_marker) for t in texts]
+        pieces, spaces = zip(*(move_spaces_into_gaps(split_gaps(t, gap_marker)) for t in texts), strict=True)
         results: list[InfillResult] = []
         with self._lock, torch.inference_mode():
             for start in range(0, len(pieces), batch_size):
@@ -369,12 +376,11 @@ class Magnet:
                     eos_id=self.tokenizer.eos_token_id,
                     first_row=start,
                 )
-                for segments, span_ids in zip(chunk, spans, strict=True):
-                    span_texts = [self.tokenizer.decode(s, skip_special_tokens=True) for s in span_ids]
-                    filled = segments[0] + "".join(
-                        s + seg for s, seg in zip(span_texts, segments[1:], strict=True)
-                    )
-                    results.append(InfillResult(text=filled, spans=span_texts, span_ids=span_ids))
+                moved = spaces[start : start + batch_size]
+                for segments, span_ids, space in zip(chunk, spans, moved, strict=True):
+                    decoded = [self.tokenizer.decode(s, skip_special_tokens=True) for s in span_ids]
+                    filled, written = join_filled(segments, decoded, space)
+                    results.append(InfillResult(text=filled, spans=written, span_ids=span_ids))
         return results[0] if single else results
 
     # ------------------------------------------------------------------ generate

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from magnetsdk.decoding import Sampling, pick_tokens
-from magnetsdk.infilling import SpanProgram, decode_spans
+from magnetsdk.infilling import SpanProgram, decode_spans, join_filled, move_spaces_into_gaps
 from magnetsdk.layout import INFILL_LAYOUTS, LayoutTokens, infill_layout
 
 TEXTS = [
@@ -86,9 +86,10 @@ def test_the_layout_is_the_models_setting(llama_magnet):
 
 def test_public_api_shapes(llama_magnet):
     result = llama_magnet.infill("The cat [GAP] on the mat.", max_new_tokens=4)
-    assert result.text == "The cat " + result.spans[0] + " on the mat."
+    # The space before a gap is read as the span's leading space (it is put back if the span lacks one).
+    assert result.text == "The cat" + result.spans[0] + " on the mat." and result.spans[0][:1] == " "
     two = llama_magnet.infill("A [GAP] B [GAP] C", max_new_tokens=3)
-    assert two.text == "A " + two.spans[0] + " B " + two.spans[1] + " C"
+    assert two.text == "A" + two.spans[0] + " B" + two.spans[1] + " C"
     sides = llama_magnet.infill(left="The cat ", right=" on the mat.", max_new_tokens=4)
     assert sides.spans == result.spans
     custom = llama_magnet.infill("The cat <blank> on the mat.", gap_marker="<blank>", max_new_tokens=4)
@@ -124,6 +125,15 @@ def test_bad_input(llama_magnet):
         llama_magnet.infill("a [GAP]", temperature=-1)
     with pytest.raises(ValueError, match="top_p"):
         llama_magnet.infill("a [GAP]", top_p=0)
+
+
+def test_spaces_before_a_gap_move_into_the_span():
+    segments, moved = move_spaces_into_gaps(["The cat  ", " on the", "mat."])
+    assert segments == ["The cat", " on the", "mat."] and moved == ["  ", ""]
+    text, written = join_filled(segments, [" sat", "big"], moved)
+    assert text == "The cat sat on thebigmat." and written == [" sat", "big"]
+    text, written = join_filled(segments, ["sat", ""], moved)
+    assert text == "The cat  sat on themat." and written == ["  sat", ""]  # no space: the user's comes back
 
 
 @pytest.mark.parametrize(("layout", "opens"), [("magnet", [3]), ("spm", [])])
