@@ -89,6 +89,8 @@ def export_model(
 
     def stage(tmp: Path) -> Manifest:
         model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+        # peft writes a boilerplate model card; the run's README.md (if any) is the user's.
+        (tmp / "README.md").unlink(missing_ok=True)
         if tokens_added or full_weights:
             tokenizer.save_pretrained(tmp)
         config.save(tmp)
