@@ -21,6 +21,7 @@ TEXTS = ["the cat sat on the mat", "a dog runs in the park", "rain fell all nigh
 def index_of(magnet, directory):
     with Index.create(directory, magnet) as index:
         index.add(TEXTS)
+        index.save()
     return directory
 
 
