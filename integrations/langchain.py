@@ -50,7 +50,9 @@ class MagnetEmbeddings(Embeddings):
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if isinstance(texts, str):
             raise TypeError("embed_documents takes a list of texts; use embed_query for one query")
-        vectors = self.magnet.encode(list(texts), instruction=self.document_instruction, batch_size=self.batch_size)
+        vectors = self.magnet.encode(
+            list(texts), instruction=self.document_instruction, batch_size=self.batch_size
+        )
         return vectors.tolist()
 
     def embed_query(self, text: str) -> list[float]:

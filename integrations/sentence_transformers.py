@@ -43,7 +43,8 @@ from magnetsdk.config import CONFIG_NAME
 from magnetsdk.encoding import EncodeInput, pad_batch, pool, prepare
 from magnetsdk.forward import run_decoder
 from magnetsdk.magnet import Magnet
-from magnetsdk.model_dir import MAGNET_MODULE, add_custom_sentence_transformers_files
+from magnetsdk.model_dir import add_custom_sentence_transformers_files
+from magnetsdk.st_layout import MAGNET_MODULE
 
 __all__ = [
     "MODULE_TYPE",

@@ -26,7 +26,14 @@ import torch
 
 from magnetsdk.modes import AttentionMode  # the names live in a torch-free leaf (config.py reads them)
 
-__all__ = ["AttentionMode", "AttentionBackendError", "allowed", "backend_mask", "check_backend", "position_ids"]
+__all__ = [
+    "AttentionMode",
+    "AttentionBackendError",
+    "allowed",
+    "backend_mask",
+    "check_backend",
+    "position_ids",
+]
 
 
 # Backends that accept an arbitrary 4D mask, and the format each wants.

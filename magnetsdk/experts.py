@@ -296,7 +296,8 @@ def save_mixture(
     from safetensors.torch import save_file
 
     from magnetsdk.config import MagnetConfig
-    from magnetsdk.model_dir import CUSTOM, Manifest, write_custom_files, write_model_directory
+    from magnetsdk.model_dir import Manifest, write_model_directory
+    from magnetsdk.st_layout import CUSTOM, write_custom_files
 
     stage1_dir, out_dir = Path(stage1_dir), Path(out_dir)
     stage1 = MagnetConfig.load(stage1_dir)

@@ -38,7 +38,8 @@ import torch
 
 from magnetsdk.config import CONFIG_NAME, MagnetConfig
 from magnetsdk.files import file_sha256
-from magnetsdk.model_dir import read_manifest, restore_post_processor
+from magnetsdk.model_dir import read_manifest
+from magnetsdk.st_layout import restore_post_processor
 
 DEFAULT_MODEL = "default"  # the embedded base with the shipped adapter, when the package has one
 EMBEDDED_BASE = "default-base"  # the embedded base model alone

@@ -15,7 +15,12 @@ OUTER = ("magnetsdk.train", "magnetsdk.integrations", "magnetsdk.cli")
 # still pulls in nothing outer. (Magnet.save writes through the core's magnetsdk.model_dir.)
 ALLOWED = {("magnetsdk/magnet.py", "magnetsdk.integrations.sentence_transformers")}
 # Where each installed package's files live in the checkout (pyproject.toml's package-dir).
-PACKAGES = {"magnetsdk": "magnetsdk", "train": "magnetsdk.train", "integrations": "magnetsdk.integrations", "cli": "magnetsdk.cli"}
+PACKAGES = {
+    "magnetsdk": "magnetsdk",
+    "train": "magnetsdk.train",
+    "integrations": "magnetsdk.integrations",
+    "cli": "magnetsdk.cli",
+}
 
 
 def test_import_magnetsdk_is_light():
@@ -72,7 +77,9 @@ def _imported(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
                     for _ in range(child.level - 1):
                         package = package.rsplit(".", 1)[0]
                     base = f"{package}.{base}" if base else package
-                found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in child.names)
+                found.update(
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in child.names
+                )
             visit(child)
 
     visit(ast.parse(path.read_text(encoding="utf-8")))
@@ -122,6 +129,6 @@ def test_no_import_cycles_among_magnetsdk_modules():
 
 
 def test_config_is_torch_free():
-    code = "import sys, magnetsdk.config, magnetsdk.model_dir; print('torch' in sys.modules)"
+    code = "import sys, magnetsdk.config, magnetsdk.model_dir, magnetsdk.st_layout; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"

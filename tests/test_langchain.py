@@ -68,6 +68,9 @@ def test_retriever_returns_index_hits_as_documents(index):
     assert [d.id for d in documents] == [f"{h.document_id}:{h.chunk_id}" for h in hits]
     first = documents[0].metadata
     assert first["score"] == pytest.approx(hits[0].score) and first["document_id"] == hits[0].document_id
-    assert first["topic"] == hits[0].metadata["topic"] and (first["start"], first["end"]) == (hits[0].start, hits[0].end)
+    assert first["topic"] == hits[0].metadata["topic"] and (first["start"], first["end"]) == (
+        hits[0].start,
+        hits[0].end,
+    )
     filtered = MagnetRetriever(index=index, k=3, filter={"topic": "money"}).invoke(question)
     assert [d.metadata["document_id"] for d in filtered] == ["rates"]

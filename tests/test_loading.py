@@ -159,10 +159,11 @@ def test_only_expected_hub_errors_mean_not_found(monkeypatch):
 
 
 def test_a_stored_base_named_default_is_the_bare_embedded_base(base_dir, tmp_path, monkeypatch):
-    """"default" names base + shipped adapter; an adapter that names it as its base stacks on the
+    """ "default" names base + shipped adapter; an adapter that names it as its base stacks on the
     base weights only, and training's default base is "default-base"."""
-    from magnetsdk import loading
     from magnetsdk.train.config import TrainConfig
+
+    from magnetsdk import loading
 
     monkeypatch.setattr(loading, "convert_gguf", lambda gguf, cache_root=None: base_dir)
     monkeypatch.setattr(loading, "default_gguf_path", lambda: tmp_path / "embedded.gguf")

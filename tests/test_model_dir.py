@@ -109,7 +109,14 @@ def test_a_foreign_directory_is_refused_and_an_own_one_replaced(llama_magnet, tm
 def test_a_directory_saved_before_manifests_is_still_replaceable(llama_magnet, tmp_path):
     old = llama_magnet.save(tmp_path / "old")
     (old / MANIFEST_NAME).unlink()
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "magnetsdk.integrations.sentence_transformers.MagnetModule"}]
+    modules = [
+        {
+            "idx": 0,
+            "name": "0",
+            "path": "",
+            "type": "magnetsdk.integrations.sentence_transformers.MagnetModule",
+        }
+    ]
     (old / "modules.json").write_text(json.dumps(modules))
     for stock in ("1_Pooling", "2_Normalize", "sentence_bert_config.json"):
         path = old / stock
@@ -165,16 +172,21 @@ def test_sentence_transformers_files_are_added_to_the_manifest(llama_magnet, tmp
 
 
 def test_mixture_writer_keeps_the_runs_files(tmp_path):
-    from magnetsdk.experts import bidirectional_mlps, install_experts, save_mixture
     from magnetsdk.train.export import export_model
+
+    from magnetsdk.experts import bidirectional_mlps, install_experts, save_mixture
 
     tokenizer = tiny_tokenizer()
     layout, _ = resolve_layout_tokens(tokenizer)
     from peft import LoraConfig, get_peft_model
 
     stage1 = tmp_path / "stage1"
-    peft_model = get_peft_model(tiny_model(), LoraConfig(r=2, target_modules=["gate_proj", "up_proj", "down_proj"]))
-    export_model(peft_model, tokenizer, stage1, "tiny", "Find:", layout, False, True, "bidirectional", {}, False)
+    peft_model = get_peft_model(
+        tiny_model(), LoraConfig(r=2, target_modules=["gate_proj", "up_proj", "down_proj"])
+    )
+    export_model(
+        peft_model, tokenizer, stage1, "tiny", "Find:", layout, False, True, "bidirectional", {}, False
+    )
     model = tiny_model()
     install_experts(model, bidirectional_mlps(model, stage1))
     out = tmp_path / "ubmoe"
@@ -182,7 +194,10 @@ def test_mixture_writer_keeps_the_runs_files(tmp_path):
     (out / "metrics.jsonl").write_text("gate steps\n")
     save_mixture(model, tokenizer, out, stage1, training={"steps": 1})
     assert (out / "metrics.jsonl").read_text() == "gate steps\n"
-    assert read_manifest(out).kind == "mixture" and "bidirectional/adapter_model.safetensors" in read_manifest(out).files
+    assert (
+        read_manifest(out).kind == "mixture"
+        and "bidirectional/adapter_model.safetensors" in read_manifest(out).files
+    )
     save_mixture(model, tokenizer, out, stage1, training={"steps": 2})  # rewriting its own files is fine
     assert json.loads((out / "magnet_config.json").read_text())["training"]["ubmoe"] == {"steps": 2}
 
@@ -211,7 +226,7 @@ def test_a_failing_write_leaves_the_target_as_it_was(llama_magnet, tmp_path):
 
 
 def test_encode_settings_that_stock_modules_cannot_express(tmp_path):
-    from magnetsdk.model_dir import stock_obstacle
+    from magnetsdk.st_layout import stock_obstacle
     from magnetsdk.testing import tiny_magnet
 
     magnet = tiny_magnet("llama")

@@ -24,7 +24,8 @@ from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimil
 
 from magnetsdk import AttentionMode, Magnet, MagnetConfig
 from magnetsdk.encoding import prepare
-from magnetsdk.model_dir import CUSTOM, STOCK, read_manifest
+from magnetsdk.model_dir import read_manifest
+from magnetsdk.st_layout import CUSTOM, STOCK
 from magnetsdk.testing import tiny_magnet
 
 MODULE_PATH = "magnetsdk.integrations.sentence_transformers.MagnetModule"  # frozen: saved in modules.json
@@ -64,7 +65,9 @@ def test_stock_directory_loads_without_trusted_code(llama_magnet, saved, loaded)
     expected = llama_magnet.encode(STOCK_TEXTS)
     np.testing.assert_allclose(loaded.encode(STOCK_TEXTS, batch_size=4), expected, atol=1e-5)  # padded
     np.testing.assert_allclose(loaded.encode(STOCK_TEXTS[2]), expected[2], atol=1e-5)  # a single text
-    np.testing.assert_allclose(Magnet.from_pretrained(saved).encode(TEXTS), llama_magnet.encode(TEXTS), atol=1e-5)
+    np.testing.assert_allclose(
+        Magnet.from_pretrained(saved).encode(TEXTS), llama_magnet.encode(TEXTS), atol=1e-5
+    )
 
     modules = json.loads((saved / "modules.json").read_text())
     assert [m["type"] for m in modules] == [
@@ -82,7 +85,10 @@ def test_stock_directory_loads_without_trusted_code(llama_magnet, saved, loaded)
     # The saved tokenizer appends EOS for sentence-transformers and vLLM; magnetsdk gets its own back.
     ids = loaded.tokenizer("a cat")["input_ids"]
     assert ids[-1] == llama_magnet.tokenizer.eos_token_id
-    assert Magnet.from_pretrained(saved).tokenizer("a cat")["input_ids"] == llama_magnet.tokenizer("a cat")["input_ids"]
+    assert (
+        Magnet.from_pretrained(saved).tokenizer("a cat")["input_ids"]
+        == llama_magnet.tokenizer("a cat")["input_ids"]
+    )
     # Weights are safetensors only, merged into one file; nothing a loader would unpickle.
     files = {p.name for p in saved.rglob("*")}
     assert "model.safetensors" in files and "magnet_config.json" in files and "tokenizer.json" in files
@@ -105,7 +111,9 @@ def test_stock_prompts_match_magnet_instructions(llama_magnet, loaded, saved):
         atol=1e-5,
     )
     by_default = llama_magnet.save(saved.parent / "by-default", prompts=PROMPTS, default_prompt_name="query")
-    np.testing.assert_allclose(SentenceTransformer(str(by_default)).encode(STOCK_TEXTS), with_query, atol=1e-5)
+    np.testing.assert_allclose(
+        SentenceTransformer(str(by_default)).encode(STOCK_TEXTS), with_query, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("mode", ["shift", "remove"])
@@ -116,7 +124,9 @@ def test_principal_shift_is_a_stock_dense_layer(mode, tmp_path):
     loaded = SentenceTransformer(str(saved), device="cpu")
     assert type(loaded[2]).__name__ == "Dense"
     np.testing.assert_allclose(loaded.encode(STOCK_TEXTS), magnet.encode(STOCK_TEXTS), atol=1e-5)
-    assert not np.allclose(magnet.encode(STOCK_TEXTS), magnet.encode(STOCK_TEXTS, principal_shift=False), atol=1e-3)
+    assert not np.allclose(
+        magnet.encode(STOCK_TEXTS), magnet.encode(STOCK_TEXTS, principal_shift=False), atol=1e-3
+    )
 
 
 def test_causal_last_token_model_is_stock_without_the_flag(tmp_path):
@@ -131,7 +141,9 @@ def test_causal_last_token_model_is_stock_without_the_flag(tmp_path):
 def test_what_stock_modules_cannot_express_uses_magnet_module(custom_saved):
     magnet, saved = custom_saved
     manifest = read_manifest(saved)
-    assert manifest.sentence_transformers == CUSTOM and "mean pooling" in manifest.sentence_transformers_reason
+    assert (
+        manifest.sentence_transformers == CUSTOM and "mean pooling" in manifest.sentence_transformers_reason
+    )
     modules = json.loads((saved / "modules.json").read_text())
     assert modules[0]["type"] == MODULE_PATH and modules[0]["path"] == ""
     assert json.loads((saved / "config.json").read_text()).get("is_causal", True) is True

@@ -24,7 +24,8 @@ import torch
 from magnetsdk.attention import AttentionMode
 from magnetsdk.config import MagnetConfig, Pooling
 from magnetsdk.layout import LayoutTokens
-from magnetsdk.model_dir import CUSTOM, Manifest, weights_sha256, write_custom_files, write_model_directory
+from magnetsdk.model_dir import Manifest, weights_sha256, write_model_directory
+from magnetsdk.st_layout import CUSTOM, write_custom_files
 
 
 def encoding_settings(uses_sscl: bool, lm_attention: str) -> tuple[AttentionMode, Pooling]:
