@@ -237,3 +237,23 @@ def test_encode_settings_that_stock_modules_cannot_express(tmp_path):
     assert "echo" in stock_obstacle(magnet.config, magnet.tokenizer)
     magnet.config.echo, magnet.config.encode_attention = False, AttentionMode.HYBRID
     assert "hybrid" in stock_obstacle(magnet.config, magnet.tokenizer)
+
+
+def test_magnet_shift_onto_a_training_run_says_what_to_do(llama_magnet, tmp_path, base_dir):
+    """The reported failure, through the CLI: `magnet shift -o RUN` used to replace the run whole."""
+    from click.testing import CliRunner
+    from magnetsdk.cli.main import cli
+
+    run = a_run_directory(tmp_path, llama_magnet)
+    result = CliRunner().invoke(
+        cli, ["shift", "--model", base_dir, "-o", str(run), "a cat", "a dog", "the rain"]
+    )
+    assert result.exit_code != 0
+    assert "did not write" in result.output and "Traceback" not in result.output
+    assert_untouched(run)
+    beside = tmp_path / "shifted"
+    ok = CliRunner().invoke(
+        cli, ["shift", "--model", base_dir, "-o", str(beside), "a cat", "a dog", "the rain"]
+    )
+    assert ok.exit_code == 0, ok.output
+    assert Magnet.from_pretrained(beside).principal_shift is not None
