@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from magnetsdk.model_dir import Manifest, write_model_directory
+from magnetsdk.model_dir import Manifest, ModelDirectoryError, write_model_directory
 
 WEIGHTS = "adapter_model.safetensors"
 
@@ -159,7 +159,10 @@ def main() -> None:
         (tmp / "README.md").write_text(card, encoding="utf-8")
         return Manifest(kind="adapter")
 
-    write_model_directory(args.into, stage, whole=True)
+    try:
+        write_model_directory(args.into, stage, whole=True)
+    except ModelDirectoryError as error:
+        raise SystemExit(str(error)) from None
     print(f"shipped {args.run} -> {args.into} ({size / 1e6:.1f} MB of weights)")
 
 
