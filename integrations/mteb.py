@@ -1,7 +1,8 @@
 """A Magnet behind the model interface that MTEB runs (``mteb.models.EncoderProtocol``).
 
-``mteb`` is not a dependency: this module does not import it to encode, only to build
-``mteb_model_meta`` when it is installed. Both MTEB call styles work:
+``mteb`` is imported only to build ``mteb_model_meta`` (it is in the ``dev`` and ``mteb`` extras,
+not a runtime dependency). Named ``MTEBEncoder``: ``magnetsdk.eval.encoder.MagnetEncoder`` is the
+evaluation suite's encoder, a different class. Both MTEB call styles work:
 
 - mteb >= 2: ``encode(inputs, task_metadata=..., hf_split=..., hf_subset=..., prompt_type=...)``
   where ``inputs`` is an iterable of batches (``{"text": [...]}``, e.g. a ``DataLoader``);
@@ -23,15 +24,15 @@ import torch
 
 from magnetsdk.magnet import Magnet
 
-__all__ = ["MagnetEncoder"]
+__all__ = ["MTEBEncoder"]
 
 _PROMPT_TYPES = {"query": "query", "document": "document", "passage": "document"}
 
 
-class MagnetEncoder:
+class MTEBEncoder:
     """Encode for MTEB with a Magnet, choosing the instruction by task and prompt type.
 
-    >>> encoder = MagnetEncoder(magnet, instructions={"query": "Given a question, find passages that answer it:"})
+    >>> encoder = MTEBEncoder(magnet, instructions={"query": "Given a question, find passages that answer it:"})
     >>> mteb.evaluate(encoder, tasks)  # when mteb is installed
     """
 
@@ -42,7 +43,7 @@ class MagnetEncoder:
         batch_size: int = 32,
     ) -> None:
         if not isinstance(magnet, Magnet):
-            raise TypeError(f"MagnetEncoder wraps a magnetsdk.Magnet, got {type(magnet).__name__}")
+            raise TypeError(f"MTEBEncoder wraps a magnetsdk.Magnet, got {type(magnet).__name__}")
         self.magnet = magnet
         self.instructions = dict(instructions or {})
         for key, value in self.instructions.items():
@@ -126,7 +127,7 @@ class MagnetEncoder:
         )
 
     def __repr__(self) -> str:
-        return f"MagnetEncoder({self.magnet!r}, instructions={sorted(self.instructions)})"
+        return f"MTEBEncoder({self.magnet!r}, instructions={sorted(self.instructions)})"
 
 
 def _prompt_type(prompt_type: Any) -> str | None:
@@ -151,7 +152,7 @@ def _texts(inputs: Any) -> list[str]:
         else:
             raise TypeError(
                 f"cannot encode an input of type {type(item).__name__}; expected strings or batches "
-                "with a 'text' column (MagnetEncoder encodes text only)"
+                "with a 'text' column (MTEBEncoder encodes text only)"
             )
     return texts
 

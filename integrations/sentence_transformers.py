@@ -1,18 +1,18 @@
 """A magnetsdk model as a sentence-transformers model: the ``MagnetModule`` input module.
 
-``magnetsdk.integrations.sentence_transformers.MagnetModule`` is written into ``modules.json``
-by every saved model directory, so that import path and the class's ``load``/``save`` contract
-are frozen public API. A saved directory holds one model that both loaders read:
+Where the stock modules can encode like the model (last-token pooling, bidirectional or causal
+attention, the instruction as a prompt, the principal shift as ``Dense``), :meth:`magnetsdk.Magnet.save`
+writes the stock layout and ``SentenceTransformer(dir)`` needs nothing from here (see
+:mod:`magnetsdk.model_dir`, which writes every model directory). This module is for the rest:
 
-- ``config.json`` + ``model.safetensors`` (merged weights), the tokenizer, ``magnet_config.json``:
-  what :meth:`magnetsdk.Magnet.from_pretrained` reads (and what ``MagnetModule`` loads through it);
-- ``modules.json`` (``MagnetModule``, then sentence-transformers' own ``Normalize``),
-  ``config_sentence_transformers.json`` and ``1_Normalize/``: what ``SentenceTransformer`` reads.
-
-:meth:`magnetsdk.Magnet.save` writes such a directory (:func:`save_model_directory`);
-:func:`write_sentence_transformers_files` adds the sentence-transformers files to a directory that
-already holds a magnetsdk model, e.g. a training run's adapter directory (peft adapter +
-``magnet_config.json`` naming its base model), which ``MagnetModule`` then loads with its base.
+- ``magnetsdk.integrations.sentence_transformers.MagnetModule`` is written into ``modules.json``
+  for echo embeddings, text-only mean pooling and adapter or expert-mixture directories, so that
+  import path and the class's ``load``/``save`` contract are frozen public API. Loading such a
+  directory needs ``trust_remote_code=True`` (sentence-transformers 6 asks it for any module class
+  outside its package; the class is imported from the installed ``magnetsdk``, no code is read
+  from the directory).
+- :func:`to_sentence_transformer` (``Magnet.to_sentence_transformer``) wraps a loaded Magnet
+  without copying its weights, for any encode settings, with no flag.
 
 The module runs the same code as :meth:`magnetsdk.Magnet.encode`: :func:`magnetsdk.encoding.prepare`
 tokenizes (instruction prefix, EOS, truncation), :func:`magnetsdk.forward.run_decoder` runs the
@@ -25,46 +25,37 @@ prompt (sentence-transformers' value for "no prompt", e.g. the default ``"query"
 ``encode_query``) keeps the model's instruction. Trailing whitespace is dropped from a prompt,
 because the encoder puts exactly one space between the instruction and the text:
 ``encode(x, prompt="query: ")`` equals ``Magnet.encode(x, instruction="query:")``.
-
-Loading needs ``trust_remote_code=True``: since sentence-transformers 6.0 any module class outside
-the ``sentence_transformers`` package needs it, local directories included. With this class it
-imports the installed ``magnetsdk`` package; no code is read from the model directory (its dotted
-path is not a repository-local file reference). ``Magnet.to_sentence_transformer()`` needs no flag.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import sentence_transformers
 import torch
-import transformers
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule, Normalize
 
 from magnetsdk.attention import AttentionMode
-from magnetsdk.config import CONFIG_NAME, atomic_write_text, current_umask
+from magnetsdk.config import CONFIG_NAME
 from magnetsdk.encoding import EncodeInput, pad_batch, pool, prepare
 from magnetsdk.forward import run_decoder
 from magnetsdk.magnet import Magnet
+from magnetsdk.model_dir import add_custom_sentence_transformers_files
+from magnetsdk.st_layout import MAGNET_MODULE
 
 __all__ = [
     "MODULE_TYPE",
     "MagnetModule",
     "magnet_of",
-    "save_model_directory",
     "to_sentence_transformer",
     "write_sentence_transformers_files",
 ]
 
-# What modules.json says: frozen, every saved model directory names this class by this path.
-MODULE_TYPE = "magnetsdk.integrations.sentence_transformers.MagnetModule"
+# What modules.json says: frozen, every directory in the magnetsdk layout names this class by this path.
+MODULE_TYPE = MAGNET_MODULE
 
 # The model_kwargs that MagnetModule.load passes on to Magnet.from_pretrained.
 _MODEL_KWARGS = ("dtype", "torch_dtype", "attn_implementation")
@@ -269,103 +260,14 @@ def write_sentence_transformers_files(
     directory: str | os.PathLike,
     prompts: dict[str, str] | None = None,
     default_prompt_name: str | None = None,
-    normalize: bool = True,
-) -> None:
-    """Make a magnetsdk model directory (full model or adapter) loadable by ``SentenceTransformer``.
-
-    Writes ``config_sentence_transformers.json``, ``1_Normalize/`` and, last, ``modules.json``
-    naming :class:`MagnetModule`. The model files themselves are left as they are: the module
-    loads whatever :meth:`magnetsdk.Magnet.from_pretrained` loads from ``directory``.
-    """
-    directory = Path(directory)
-    if not (directory / CONFIG_NAME).is_file():
-        raise FileNotFoundError(
-            f"{directory} has no {CONFIG_NAME}; write the model first (Magnet.save or training's export)"
-        )
-    prompts = {"query": "", "document": "", **(prompts or {})}
-    for name, text in prompts.items():
-        if not isinstance(text, str):
-            raise TypeError(f"prompts[{name!r}] is {type(text).__name__}, expected str")
-    if default_prompt_name is not None and default_prompt_name not in prompts:
-        raise ValueError(f"default_prompt_name={default_prompt_name!r} is not one of {sorted(prompts)}")
-    modules = [{"idx": 0, "name": "0", "path": "", "type": MODULE_TYPE}]
-    if normalize:
-        Path(directory / "1_Normalize").mkdir(exist_ok=True)
-        Normalize().save(str(directory / "1_Normalize"))
-        modules.append({"idx": 1, "name": "1", "path": "1_Normalize", "type": _class_path(Normalize)})
-    settings = {
-        "model_type": "SentenceTransformer",
-        "__version__": {
-            "sentence_transformers": sentence_transformers.__version__,
-            "transformers": transformers.__version__,
-            "pytorch": torch.__version__,
-        },
-        "prompts": prompts,
-        "default_prompt_name": default_prompt_name,
-        "similarity_fn_name": "cosine",
-    }
-    atomic_write_text(directory / "config_sentence_transformers.json", json.dumps(settings, indent=2) + "\n")
-    atomic_write_text(directory / "modules.json", json.dumps(modules, indent=2) + "\n")
-
-
-def save_model_directory(
-    magnet: Magnet,
-    directory: str | os.PathLike,
-    overwrite: bool = False,
-    prompts: dict[str, str] | None = None,
-    default_prompt_name: str | None = None,
 ) -> Path:
-    """Write ``magnet`` to ``directory`` for both ``Magnet.from_pretrained`` and ``SentenceTransformer``.
-
-    The directory is written under a temporary name beside the target and renamed into place;
-    an existing model directory is replaced only after the new one is complete. A non-empty
-    directory that is not a magnetsdk model is refused unless ``overwrite=True``.
+    """Make a magnetsdk adapter or mixture directory loadable by ``SentenceTransformer`` (with
+    ``trust_remote_code=True``): ``modules.json`` naming :class:`MagnetModule`, ``Normalize`` and the
+    prompts. The model files are left as they are; ``MagnetModule`` loads whatever
+    :meth:`magnetsdk.Magnet.from_pretrained` loads from ``directory``. (Training's export already
+    writes these files; see :func:`magnetsdk.model_dir.add_custom_sentence_transformers_files`.)
     """
-    if magnet.config.mixture:
-        raise ValueError(
-            "a UBMoE expert mixture cannot be saved as merged weights (its two FFN experts and gates "
-            "do not merge into one model); keep the directory `magnet ubmoe` wrote, which "
-            "Magnet.from_pretrained loads"
-        )
-    target = Path(directory).expanduser()
-    if target.exists():
-        if not target.is_dir():
-            raise FileExistsError(f"{target} exists and is a file; choose a directory path")
-        is_model = (target / CONFIG_NAME).is_file()
-        if any(target.iterdir()) and not is_model and not overwrite:
-            raise FileExistsError(
-                f"{target} is not empty and is not a magnetsdk model directory; choose another path "
-                "or pass overwrite=True to replace its contents"
-            )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    old: Path | None = None
-    try:
-        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it owner-only; a model directory is not secret
-        MagnetModule(magnet).save(str(tmp))
-        write_sentence_transformers_files(tmp, prompts, default_prompt_name)
-        if target.exists():
-            # Linux cannot swap two directories in one rename: move the old one aside first, and
-            # put it back if the second rename fails.
-            old = target.with_name(f".{target.name}.old-{tmp.name}")
-            os.replace(target, old)
-        try:
-            os.replace(tmp, target)
-        except BaseException:
-            if old is not None:
-                os.replace(old, target)
-                old = None
-            raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    return target
-
-
-def _class_path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
+    return add_custom_sentence_transformers_files(directory, prompts, default_prompt_name)
 
 
 def magnet_of(model: SentenceTransformer) -> Magnet:

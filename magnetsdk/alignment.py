@@ -7,7 +7,8 @@ Two findings about decoder-based embedders, and the tools built on them:
 - The first principal component of a model's embeddings carries much of what they share; moving
   along it, ``e + lambda * v1``, or removing it, ``e - (e . v1) v1``, changes how similarities spread.
   :class:`PrincipalShift` is fitted once on a sample corpus and stored with the model as
-  ``principal_component.safetensors`` (one writer, one reader, here).
+  ``principal_component.safetensors`` (one writer, one reader, here). Its metadata carries a
+  ``format_version``; files written before it had none and read as version 1.
 
 This module works on hidden states and vectors; :class:`magnetsdk.Magnet` feeds it.
 """
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 PC_FILE = "principal_component.safetensors"
+PC_FORMAT_VERSION = 1  # metadata: mode, weight (JSON), samples; tensor "component" (d,) float32
 
 
 class ShiftMode(str, Enum):
@@ -89,7 +91,12 @@ class PrincipalShift:
 
         path = Path(directory) / PC_FILE
         tmp = path.with_name(path.name + ".tmp")
-        metadata = {"mode": self.mode.value, "weight": json.dumps(self.weight), "samples": str(self.samples)}
+        metadata = {
+            "format_version": str(PC_FORMAT_VERSION),
+            "mode": self.mode.value,
+            "weight": json.dumps(self.weight),
+            "samples": str(self.samples),
+        }
         save_file({"component": self.component}, str(tmp), metadata=metadata)
         os.replace(tmp, path)
         return path
@@ -104,7 +111,15 @@ class PrincipalShift:
             return None
         with safe_open(str(path), framework="numpy") as handle:
             metadata = handle.metadata() or {}
+            if "component" not in handle.keys():  # noqa: SIM118 - safe_open has no __contains__
+                raise ValueError(f"{path} holds no 'component' tensor; re-fit it with `magnet shift`")
             component = handle.get_tensor("component")
+        version = metadata.get("format_version", "1")  # files written before versions are version 1
+        if not version.isdigit() or int(version) > PC_FORMAT_VERSION:
+            raise ValueError(
+                f"{path} has format_version {version!r}, newer than this magnetsdk reads "
+                f"({PC_FORMAT_VERSION}); upgrade magnetsdk"
+            )
         return cls(
             component,
             ShiftMode(metadata.get("mode", "shift")),

@@ -22,15 +22,18 @@ so the format is chosen per backend in :func:`backend_mask`.
 
 from __future__ import annotations
 
-from enum import Enum
-
 import torch
 
+from magnetsdk.modes import AttentionMode  # the names live in a torch-free leaf (config.py reads them)
 
-class AttentionMode(str, Enum):
-    CAUSAL = "causal"
-    BIDIRECTIONAL = "bidirectional"
-    HYBRID = "hybrid"
+__all__ = [
+    "AttentionMode",
+    "AttentionBackendError",
+    "allowed",
+    "backend_mask",
+    "check_backend",
+    "position_ids",
+]
 
 
 # Backends that accept an arbitrary 4D mask, and the format each wants.

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from magnetsdk.attention import AttentionMode
+from magnetsdk.files import atomic_write_text, current_umask
 from magnetsdk.layout import DEFAULT_INFILL_LAYOUT, LEGACY_INFILL_LAYOUT, infill_layout
+from magnetsdk.modes import AttentionMode
 
 CONFIG_NAME = "magnet_config.json"
 FORMAT_VERSION = 3  # 3: ``infill_layout``; 2: ``mixture`` (UBMoE); version 1 files have neither
@@ -131,35 +130,5 @@ def _upgrade(data: dict[str, Any], source: str) -> dict[str, Any]:
     return data
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes the file owner-only
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def move_into_place(tmp: Path, out_dir: Path) -> None:
-    """Move every entry of the staging directory ``tmp`` into ``out_dir``, replacing what is there.
-
-    ``magnet_config.json`` goes last, so a directory that names itself a model is a complete one.
-    """
-    for item in sorted(tmp.iterdir(), key=lambda p: p.name == CONFIG_NAME):
-        target = out_dir / item.name
-        if target.is_dir():
-            shutil.rmtree(target)
-        os.replace(item, target)
-
-
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+# Re-exported: these helpers lived here before magnetsdk.files; callers may import either.
+__all__ = ["CONFIG_NAME", "MagnetConfig", "Pooling", "choice", "atomic_write_text", "current_umask"]

@@ -37,7 +37,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -262,7 +261,7 @@ class MixtureConfig:
 
 
 def _sha256(path: Path) -> str:
-    from magnetsdk.loading import file_sha256
+    from magnetsdk.files import file_sha256
 
     return file_sha256(path)
 
@@ -290,12 +289,15 @@ def save_mixture(
     """Write the mixture directory: gates, a copy of the stage-1 adapter, the config (last).
 
     The encoding settings (instruction, attention, pooling, layout tokens) and the base model are
-    the stage-1 model's. Files go to a temporary directory first and are moved into place one by
-    one, ``magnet_config.json`` last, so a loadable directory is a complete one.
+    the stage-1 model's. :func:`magnetsdk.model_dir.write_model_directory` stages the files and
+    moves them into place one by one, ``magnet_config.json`` last, so a loadable directory is a
+    complete one; it replaces only files an earlier write listed, never the run's other files.
     """
     from safetensors.torch import save_file
 
-    from magnetsdk.config import MagnetConfig, current_umask, move_into_place
+    from magnetsdk.config import MagnetConfig
+    from magnetsdk.model_dir import Manifest, write_model_directory
+    from magnetsdk.st_layout import CUSTOM, write_custom_files
 
     stage1_dir, out_dir = Path(stage1_dir), Path(out_dir)
     stage1 = MagnetConfig.load(stage1_dir)
@@ -314,21 +316,23 @@ def save_mixture(
         training={"ubmoe": training, "stage1": stage1.training},
         mixture=mixture.to_dict(),
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".ubmoe.", dir=out_dir))
-    try:
+
+    def stage(tmp: Path) -> Manifest:
         (tmp / BIDIRECTIONAL_DIR).mkdir()
         for name in _ADAPTER_FILES:
             shutil.copyfile(stage1_dir / name, tmp / BIDIRECTIONAL_DIR / name)
         save_file(gate_state(model), str(tmp / GATES_FILE))
-        os.chmod(tmp / GATES_FILE, 0o666 & ~current_umask())  # readable like the other model files
         if (stage1_dir / "tokenizer_config.json").is_file():  # stage 1 added layout tokens
             tokenizer.save_pretrained(tmp)
         config.save(tmp)
-        move_into_place(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out_dir
+        write_custom_files(tmp, prompts=None, default_prompt_name=None)
+        return Manifest(
+            kind="mixture",
+            sentence_transformers=CUSTOM,
+            sentence_transformers_reason="a UBMoE expert mixture is installed by magnetsdk at load",
+        )
+
+    return write_model_directory(out_dir, stage, whole=False)
 
 
 def load_mixture(model: nn.Module, directory: str | os.PathLike) -> list[TwoExpertFFN]:

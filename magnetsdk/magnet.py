@@ -60,9 +60,19 @@ class ModelIdentity:
     pooling: str
     # The applied principal-component shift ("shift:<lambda>:<hash>" or "remove:<hash>"), if any.
     principal_shift: str | None = None
+    echo: bool = False  # each text given twice, the second copy pooled
+    # The hash of a merged saved model's weights (magnetsdk.model_dir), so that two fine-tunes of
+    # one base saved as full models are told apart; None for a base model or base + adapter.
+    weights_sha256: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The identity as a dict. ``echo`` and ``weights_sha256`` appear only when set, so an
+        identity recorded before they existed still equals that of the same model now."""
+        data = dict(self.__dict__)
+        for key, unset in (("echo", False), ("weights_sha256", None)):
+            if data[key] == unset:
+                del data[key]
+        return data
 
 
 class Magnet:
@@ -80,7 +90,14 @@ class Magnet:
         name: str = "custom",
         adapter: str | None = None,
         adapter_sha256: str | None = None,
+        weights_sha256: str | None = None,
     ) -> None:
+        if getattr(model.config, "is_causal", True) is False:
+            raise ValueError(
+                "the model's config says is_causal=False, so its own causal path (generate, causal "
+                "encoding) would attend to later tokens; load it with is_causal=True "
+                "(AutoModelForCausalLM.from_pretrained(..., is_causal=True), as Magnet.from_pretrained does)"
+            )
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = config or MagnetConfig.for_base_model(name)
@@ -94,6 +111,7 @@ class Magnet:
         self.config.layout_tokens = self.layout.strings()
         self._adapter = adapter
         self._adapter_sha256 = adapter_sha256
+        self._weights_sha256 = weights_sha256
         self._lock = threading.RLock()
         self._prefix = special_prefix(tokenizer)
         self._pad_id = (
@@ -138,6 +156,7 @@ class Magnet:
                 name=resolved.name,
                 adapter=adapter_path,
                 config=adapted or resolved.config,
+                weights_sha256=resolved.weights_sha256,
             )
         torch_device = pick_device(device)
         model, tokenizer = load_model_and_tokenizer(
@@ -152,6 +171,7 @@ class Magnet:
             name=resolved.name,
             adapter=str(resolved.adapter) if resolved.adapter else None,
             adapter_sha256=sha,
+            weights_sha256=resolved.weights_sha256,
         )
         for directory in (resolved.adapter, Path(resolved.base)):
             if directory is not None and directory.is_dir() and (shift := PrincipalShift.load(directory)):
@@ -200,6 +220,8 @@ class Magnet:
             encode_attention=self.config.encode_attention.value,
             pooling=self.config.pooling.value,
             principal_shift=self.principal_shift.describe() if self.principal_shift else None,
+            echo=self.config.echo,
+            weights_sha256=self._weights_sha256,
         )
 
     def info(self) -> dict[str, Any]:
@@ -469,22 +491,23 @@ class Magnet:
     def save(
         self,
         directory: str | os.PathLike,
-        overwrite: bool = False,
         prompts: dict[str, str] | None = None,
         default_prompt_name: str | None = None,
     ) -> Path:
         """Write a model directory that ``Magnet.from_pretrained`` and ``SentenceTransformer`` load.
 
-        Merged safetensors weights, the tokenizer, ``magnet_config.json`` and the
-        sentence-transformers files, written to a temporary directory and renamed into place. An
-        existing magnetsdk model directory is replaced; any other non-empty directory is refused
-        unless ``overwrite=True``. ``prompts`` are stored for sentence-transformers (see
-        :mod:`magnetsdk.integrations.sentence_transformers`).
+        Merged safetensors weights, the tokenizer, ``magnet_config.json``, the stored principal
+        shift and the sentence-transformers files (the stock layout whenever the encode settings
+        allow it, so ``SentenceTransformer(directory)`` needs no flag; see :mod:`magnetsdk.model_dir`),
+        written to a temporary directory and renamed into place. A directory this code wrote is
+        replaced; a non-empty directory holding anything else is refused with
+        :class:`magnetsdk.model_dir.ModelDirectoryError` (a ``FileExistsError``), so nothing is
+        lost. ``prompts`` are stored for sentence-transformers, where a prompt replaces the
+        instruction (``""`` keeps it).
         """
-        # The writer lives with the sentence-transformers module: it writes both formats at once.
-        from magnetsdk.integrations.sentence_transformers import save_model_directory
+        from magnetsdk.model_dir import save_magnet
 
-        return save_model_directory(self, directory, overwrite, prompts, default_prompt_name)
+        return save_magnet(self, directory, prompts, default_prompt_name)
 
     def to_sentence_transformer(
         self,

@@ -11,7 +11,8 @@ the base model, and writes into ``--into`` (default ``magnetsdk/adapters/default
 - ``README.md``: the model card: the command, the data, steps, wall time and the scores next to
   the base model's, read from the result files (no figure is typed by hand).
 
-The files are written into a temporary directory beside the target and swapped in by rename.
+The files are written by :func:`magnetsdk.model_dir.write_model_directory`: staged beside the
+target and swapped in by rename; a target holding files this script did not write is refused.
 
     python scripts/ship_adapter.py runs/magnet-b --command "magnet train ..." \
         --adapter-eval runs/eval/magnet-b --base-eval runs/eval/base
@@ -21,15 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from magnetsdk.config import current_umask
+from magnetsdk.model_dir import Manifest, ModelDirectoryError, write_model_directory
 
 WEIGHTS = "adapter_model.safetensors"
 
@@ -139,9 +138,10 @@ def main() -> None:
     for name in (WEIGHTS, "adapter_config.json", "magnet_config.json", "train_config.json"):
         if not (args.run / name).is_file():
             raise SystemExit(f"{args.run} has no {name}: is it a finished magnet train output dir?")
-    args.into.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".ship.", dir=args.into.parent))
-    try:
+    size = 0
+
+    def stage(tmp: Path) -> Manifest:
+        nonlocal size
         weights = load_file(args.run / WEIGHTS)
         save_file(
             {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in weights.items()},
@@ -155,22 +155,14 @@ def main() -> None:
         adapter_config["base_model_name_or_path"] = "SmolLM2-135M-Instruct"
         (tmp / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2) + "\n")
         size = (tmp / WEIGHTS).stat().st_size
-        umask = current_umask()  # mkdtemp and save_file make private files; these are package data
-        os.chmod(tmp, 0o777 & ~umask)
         card = model_card(args.run, args.command, args.adapter_eval, args.base_eval, size)
         (tmp / "README.md").write_text(card, encoding="utf-8")
-        for item in tmp.iterdir():
-            os.chmod(item, 0o666 & ~umask)
-        old = None
-        if args.into.exists():
-            old = args.into.with_name(f".old.{args.into.name}")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(args.into, old)
-        os.replace(tmp, args.into)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        return Manifest(kind="adapter")
+
+    try:
+        write_model_directory(args.into, stage, whole=True)
+    except ModelDirectoryError as error:
+        raise SystemExit(str(error)) from None
     print(f"shipped {args.run} -> {args.into} ({size / 1e6:.1f} MB of weights)")
 
 

@@ -86,3 +86,25 @@ def test_a_stored_component_is_loaded_with_the_model(tmp_path):
     magnet = Magnet.from_pretrained(tmp_path)
     assert magnet.principal_shift is not None and magnet.principal_shift.weight == 0.5
     assert magnet.identity.principal_shift.startswith("shift:0.5:")
+
+
+def test_shift_file_has_a_format_version_and_reads_older_files(tmp_path):
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    from magnetsdk.alignment import PC_FORMAT_VERSION
+
+    shift = PrincipalShift(np.ones(4, dtype=np.float32), "remove", samples=3)
+    path = shift.save(tmp_path)
+    with safe_open(str(path), framework="numpy") as handle:
+        assert handle.metadata()["format_version"] == str(PC_FORMAT_VERSION)
+    # A file from before versions (no format_version) still loads, as version 1.
+    save_file({"component": np.ones(4, np.float32)}, str(path), metadata={"mode": "remove", "samples": "3"})
+    assert PrincipalShift.load(tmp_path).describe() == shift.describe()
+    newer = {"format_version": str(PC_FORMAT_VERSION + 1), "mode": "shift"}
+    save_file({"component": np.ones(4, np.float32)}, str(path), metadata=newer)
+    with pytest.raises(ValueError, match="upgrade magnetsdk"):
+        PrincipalShift.load(tmp_path)
+    save_file({"vector": np.ones(4, np.float32)}, str(path))
+    with pytest.raises(ValueError, match="no 'component' tensor"):
+        PrincipalShift.load(tmp_path)

@@ -70,8 +70,19 @@ def test_a_seeded_row_does_not_depend_on_its_batch(llama_magnet):
 
 
 def test_chat_template(llama_magnet):
-    out = llama_magnet.generate("hello", max_new_tokens=3, temperature=0, chat=True)
-    assert isinstance(out, str)
+    """chat=True equals generating from the chat-rendered prompt by hand (no extra special tokens)."""
+    m = llama_magnet
+    out = m.generate("hello", max_new_tokens=5, temperature=0, repetition_penalty=1.0, chat=True)
+    rendered = m.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hello"}], add_generation_prompt=True, tokenize=False
+    )
+    assert rendered.startswith("<|im_start|>user\nhello") and rendered.endswith("assistant\n")
+    ids = m.tokenizer(rendered, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        for _ in range(5):
+            next_id = m.model(input_ids=ids).logits[0, -1].argmax()
+            ids = torch.cat([ids, next_id.view(1, 1)], dim=1)
+    assert out == m.tokenizer.decode(ids[0, -5:], skip_special_tokens=True)
 
 
 @pytest.mark.parametrize(

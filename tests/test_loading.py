@@ -135,3 +135,37 @@ def test_config_round_trip_and_versions(tmp_path):
     (tmp_path / CONFIG_NAME).write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         MagnetConfig.load(tmp_path)
+
+
+def test_only_expected_hub_errors_mean_not_found(monkeypatch):
+    """Not in the cache or not a valid id: ModelNotFoundError with the reason. Anything else is a bug
+    or a broken environment, and comes through with its own message."""
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def missing(name, local_files_only):
+        raise LocalEntryNotFoundError(f"{name} is not in the cache")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", missing)
+    with pytest.raises(ModelNotFoundError, match="LocalEntryNotFoundError: org/model is not in the cache"):
+        resolve("org/model")
+
+    def broken(name, local_files_only):
+        raise RuntimeError("the cache index is corrupt")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", broken)
+    with pytest.raises(RuntimeError, match="the cache index is corrupt"):
+        resolve("org/model")
+
+
+def test_a_stored_base_named_default_is_the_bare_embedded_base(base_dir, tmp_path, monkeypatch):
+    """ "default" names base + shipped adapter; an adapter that names it as its base stacks on the
+    base weights only, and training's default base is "default-base"."""
+    from magnetsdk.train.config import TrainConfig
+
+    from magnetsdk import loading
+
+    monkeypatch.setattr(loading, "convert_gguf", lambda gguf, cache_root=None: base_dir)
+    monkeypatch.setattr(loading, "default_gguf_path", lambda: tmp_path / "embedded.gguf")
+    assert TrainConfig(data=["a.txt"]).base_model == loading.EMBEDDED_BASE
+    assert resolve(loading.EMBEDDED_BASE).adapter is None

@@ -6,12 +6,11 @@ Nothing is downloaded: the inputs are in-memory lists and a real torch ``DataLoa
 
 from __future__ import annotations
 
-import importlib.util
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from magnetsdk.integrations.mteb import MagnetEncoder
+from magnetsdk.integrations.mteb import MTEBEncoder
 from torch.utils.data import DataLoader
 
 TEXTS = ["A man plays a guitar.", "The weather is lovely today.", "Kids play football in the park."]
@@ -27,7 +26,7 @@ INSTRUCTIONS = {
 
 @pytest.fixture(scope="module")
 def encoder(llama_magnet):
-    return MagnetEncoder(llama_magnet, instructions=INSTRUCTIONS, batch_size=2)
+    return MTEBEncoder(llama_magnet, instructions=INSTRUCTIONS, batch_size=2)
 
 
 def test_mteb2_call_style_with_a_dataloader(encoder, llama_magnet):
@@ -57,10 +56,10 @@ def test_mteb1_call_style_with_a_list(encoder, llama_magnet):
 def test_instruction_lookup_order(llama_magnet):
     remaining = dict(INSTRUCTIONS)
     for key, value in list(INSTRUCTIONS.items())[:5]:
-        found = MagnetEncoder(llama_magnet, remaining).instruction_for("SciFact", "Retrieval", "query")
+        found = MTEBEncoder(llama_magnet, remaining).instruction_for("SciFact", "Retrieval", "query")
         assert found == value, f"expected {key!r} to win"
         del remaining[key]
-    assert MagnetEncoder(llama_magnet, remaining).instruction_for("SciFact", "Retrieval", "query") == (
+    assert MTEBEncoder(llama_magnet, remaining).instruction_for("SciFact", "Retrieval", "query") == (
         llama_magnet.config.instruction
     )
 
@@ -85,10 +84,9 @@ def test_bad_inputs(encoder):
         encoder.encode([{"image": [None]}])
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("mteb") is None, reason="mteb is not installed (not a magnetsdk dependency)"
-)
 def test_satisfies_the_mteb_encoder_protocol(encoder, llama_magnet):
+    """With mteb's own types (installed by the dev extra): the protocol, TaskMetadata, PromptType."""
+    import mteb
     from mteb.models.model_meta import ModelMeta
     from mteb.models.models_protocols import EncoderProtocol
     from mteb.types import PromptType
@@ -96,15 +94,23 @@ def test_satisfies_the_mteb_encoder_protocol(encoder, llama_magnet):
     assert isinstance(encoder, EncoderProtocol)
     meta = encoder.mteb_model_meta
     assert isinstance(meta, ModelMeta) and meta.embed_dim == llama_magnet.dimension
+    assert meta.name == "magnetsdk/tiny-llama" and meta.max_tokens == llama_magnet.config.max_length
+    assert meta.n_parameters == sum(p.numel() for p in llama_magnet.model.parameters())
     batches = DataLoader([{"text": t} for t in TEXTS], batch_size=2)
-    task = SimpleNamespace(name="SciFact", type="Retrieval")
+    task = mteb.get_task("SciFact").metadata  # the real TaskMetadata (no data is downloaded for it)
+    assert (task.name, task.type) == ("SciFact", "Retrieval")
     out = encoder.encode(
         batches, task_metadata=task, hf_split="test", hf_subset="default", prompt_type=PromptType.query
     )
     np.testing.assert_allclose(out, llama_magnet.encode(TEXTS, instruction="A:"), atol=1e-6)
+    out = encoder.encode(
+        batches, task_metadata=task, hf_split="test", hf_subset="default", prompt_type=PromptType.document
+    )
+    np.testing.assert_allclose(out, llama_magnet.encode(TEXTS, instruction="B:"), atol=1e-6)
 
 
-def test_model_meta_is_none_without_mteb(encoder):
-    if importlib.util.find_spec("mteb") is not None:
-        pytest.skip("mteb is installed; test_satisfies_the_mteb_encoder_protocol checks the metadata")
+def test_model_meta_is_none_without_mteb(encoder, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mteb.models.model_meta", None)  # as if mteb were not installed
     assert encoder.mteb_model_meta is None

@@ -1,4 +1,5 @@
-"""The sentence-transformers drop-in: saved directories, prompts, shared weights, ST utilities.
+"""The sentence-transformers drop-in: saved directories (stock and MagnetModule layouts), prompts,
+shared weights, ST utilities, and magnetsdk reading a stock directory back unchanged.
 
 Every check uses real sentence-transformers objects on tiny in-process models; the slow test does
 the same with the real default model.
@@ -7,10 +8,10 @@ the same with the real default model.
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
+import torch
 from magnetsdk.integrations.sentence_transformers import (
     MODULE_TYPE,
     MagnetModule,
@@ -21,8 +22,10 @@ from scipy.stats import spearmanr
 from sentence_transformers import SentenceTransformer, util
 from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
 
-from magnetsdk import Magnet, MagnetConfig
+from magnetsdk import AttentionMode, Magnet, MagnetConfig
 from magnetsdk.encoding import prepare
+from magnetsdk.model_dir import read_manifest
+from magnetsdk.st_layout import CUSTOM, STOCK
 from magnetsdk.testing import tiny_magnet
 
 MODULE_PATH = "magnetsdk.integrations.sentence_transformers.MagnetModule"  # frozen: saved in modules.json
@@ -33,42 +36,156 @@ TEXTS = [
     "",
     "Stocks rose sharply after the central bank cut rates, and the river rose all night.",
 ]
+# The stock layout prepends "instruction " to the text, so an empty text keeps a trailing space token
+# that Magnet.encode does not have (docs/sentence-transformers.md); its checks use non-empty texts.
+STOCK_TEXTS = [t for t in TEXTS if t]
 QUERY = "Given a question, find the passages that answer it:"
 PROMPTS = {"query": QUERY, "document": ""}
 
 
 @pytest.fixture(scope="module")
 def saved(llama_magnet, tmp_path_factory):
-    """The tiny model saved once, with prompts."""
+    """The tiny adapted model (bidirectional, last token) saved once, with prompts: the stock layout."""
     return llama_magnet.save(tmp_path_factory.mktemp("st") / "model", prompts=PROMPTS)
 
 
 @pytest.fixture(scope="module")
 def loaded(saved):
-    return SentenceTransformer(str(saved), trust_remote_code=True, device="cpu")
+    return SentenceTransformer(str(saved), device="cpu")  # no trust_remote_code: stock modules only
 
 
-def test_saved_directory_is_read_by_both_loaders(llama_magnet, saved, loaded):
-    expected = llama_magnet.encode(TEXTS)
-    np.testing.assert_allclose(loaded.encode(TEXTS), expected, atol=1e-5)
-    np.testing.assert_allclose(Magnet.from_pretrained(saved).encode(TEXTS), expected, atol=1e-5)
+@pytest.fixture(scope="module")
+def custom_saved(tmp_path_factory):
+    """An unadapted model (causal, text-only mean pooling): the MagnetModule layout."""
+    magnet = tiny_magnet("llama", adapted=False)
+    return magnet, magnet.save(tmp_path_factory.mktemp("st-custom") / "model", prompts=PROMPTS)
+
+
+def test_stock_directory_loads_without_trusted_code(llama_magnet, saved, loaded):
+    expected = llama_magnet.encode(STOCK_TEXTS)
+    np.testing.assert_allclose(loaded.encode(STOCK_TEXTS, batch_size=4), expected, atol=1e-5)  # padded
+    np.testing.assert_allclose(loaded.encode(STOCK_TEXTS[2]), expected[2], atol=1e-5)  # a single text
+    np.testing.assert_allclose(
+        Magnet.from_pretrained(saved).encode(TEXTS), llama_magnet.encode(TEXTS), atol=1e-5
+    )
 
     modules = json.loads((saved / "modules.json").read_text())
-    assert modules[0]["type"] == MODULE_PATH and modules[0]["path"] == ""
-    assert isinstance(loaded[0], MagnetModule)
+    assert [m["type"] for m in modules] == [
+        "sentence_transformers.models.Transformer",
+        "sentence_transformers.models.Pooling",
+        "sentence_transformers.models.Normalize",
+    ]
+    assert [type(m).__name__ for m in loaded] == ["Transformer", "Pooling", "Normalize"]
+    assert loaded[1].pooling_mode == "lasttoken" and loaded[1].include_prompt
+    assert json.loads((saved / "config.json").read_text())["is_causal"] is False  # bidirectional encoder
+    manifest = read_manifest(saved)
+    assert manifest.sentence_transformers == STOCK and manifest.tokenizer_appends_eos
     assert loaded.get_embedding_dimension() == llama_magnet.dimension
     assert loaded.max_seq_length == llama_magnet.config.max_length
+    # The saved tokenizer appends EOS for sentence-transformers and vLLM; magnetsdk gets its own back.
+    ids = loaded.tokenizer("a cat")["input_ids"]
+    assert ids[-1] == llama_magnet.tokenizer.eos_token_id
+    assert (
+        Magnet.from_pretrained(saved).tokenizer("a cat")["input_ids"]
+        == llama_magnet.tokenizer("a cat")["input_ids"]
+    )
     # Weights are safetensors only, merged into one file; nothing a loader would unpickle.
     files = {p.name for p in saved.rglob("*")}
     assert "model.safetensors" in files and "magnet_config.json" in files and "tokenizer.json" in files
     assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl", ".ckpt"))]
-    # The saved prompts come back.
+    assert loaded.prompts["query"] == QUERY + " "
+
+
+def test_stock_prompts_match_magnet_instructions(llama_magnet, loaded, saved):
+    default = llama_magnet.encode(STOCK_TEXTS)
+    with_query = llama_magnet.encode(STOCK_TEXTS, instruction=QUERY)
+    assert not np.allclose(default, with_query, atol=1e-3)  # the prompt matters for this model
+    np.testing.assert_allclose(loaded.encode(STOCK_TEXTS, prompt_name="query"), with_query, atol=1e-5)
+    np.testing.assert_allclose(loaded.encode_query(STOCK_TEXTS), with_query, atol=1e-5)
+    # The "document" prompt was "": the model's own instruction, as for MagnetModule.
+    np.testing.assert_allclose(loaded.encode_document(STOCK_TEXTS), default, atol=1e-5)
+    np.testing.assert_allclose(loaded.encode(STOCK_TEXTS, prompt_name="document"), default, atol=1e-5)
+    np.testing.assert_allclose(
+        loaded.encode(STOCK_TEXTS, prompt="query: "),
+        llama_magnet.encode(STOCK_TEXTS, instruction="query:"),
+        atol=1e-5,
+    )
+    by_default = llama_magnet.save(saved.parent / "by-default", prompts=PROMPTS, default_prompt_name="query")
+    np.testing.assert_allclose(
+        SentenceTransformer(str(by_default)).encode(STOCK_TEXTS), with_query, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("mode", ["shift", "remove"])
+def test_principal_shift_is_a_stock_dense_layer(mode, tmp_path):
+    magnet = tiny_magnet("qwen2")
+    magnet.fit_principal_component(["a cat", "a dog", "the rain", "a long river"], mode=mode, weight=0.5)
+    saved = magnet.save(tmp_path / "shifted")
+    loaded = SentenceTransformer(str(saved), device="cpu")
+    assert type(loaded[2]).__name__ == "Dense"
+    np.testing.assert_allclose(loaded.encode(STOCK_TEXTS), magnet.encode(STOCK_TEXTS), atol=1e-5)
+    assert not np.allclose(
+        magnet.encode(STOCK_TEXTS), magnet.encode(STOCK_TEXTS, principal_shift=False), atol=1e-3
+    )
+
+
+def test_causal_last_token_model_is_stock_without_the_flag(tmp_path):
+    magnet = tiny_magnet("llama")
+    magnet.config.encode_attention = AttentionMode.CAUSAL
+    saved = magnet.save(tmp_path / "causal")
+    assert json.loads((saved / "config.json").read_text()).get("is_causal", True) is True
+    loaded = SentenceTransformer(str(saved), device="cpu")
+    np.testing.assert_allclose(loaded.encode(STOCK_TEXTS), magnet.encode(STOCK_TEXTS), atol=1e-5)
+
+
+def test_what_stock_modules_cannot_express_uses_magnet_module(custom_saved):
+    magnet, saved = custom_saved
+    manifest = read_manifest(saved)
+    assert (
+        manifest.sentence_transformers == CUSTOM and "mean pooling" in manifest.sentence_transformers_reason
+    )
+    modules = json.loads((saved / "modules.json").read_text())
+    assert modules[0]["type"] == MODULE_PATH and modules[0]["path"] == ""
+    assert json.loads((saved / "config.json").read_text()).get("is_causal", True) is True
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        SentenceTransformer(str(saved), device="cpu")
+    loaded = SentenceTransformer(str(saved), trust_remote_code=True, device="cpu")
+    assert isinstance(loaded[0], MagnetModule)
+    np.testing.assert_allclose(loaded.encode(TEXTS), magnet.encode(TEXTS), atol=1e-5)
+    np.testing.assert_allclose(loaded.encode_query(TEXTS), magnet.encode(TEXTS, instruction=QUERY), atol=1e-5)
     assert loaded.prompts["query"] == QUERY
 
 
-def test_loading_without_trust_remote_code_says_what_to_pass(saved):
-    with pytest.raises(ValueError, match="trust_remote_code=True"):
-        SentenceTransformer(str(saved), device="cpu")
+def test_a_stock_directory_still_generates_and_infills_causally(llama_magnet, saved, tmp_path):
+    """config.json says is_causal=false for other loaders; magnetsdk's causal paths must not care."""
+    from transformers import AutoModelForCausalLM
+
+    plain = tmp_path / "plain"  # the same model saved without the flag (and without the stock files)
+    llama_magnet.model.save_pretrained(plain)
+    llama_magnet.tokenizer.save_pretrained(plain)
+    llama_magnet.config.save(plain)
+    flagged, unflagged = Magnet.from_pretrained(saved), Magnet.from_pretrained(plain)
+    ids = torch.tensor([[5, 17, 40, 99, 23, 61]])
+    with torch.no_grad():
+        reference = unflagged.model(input_ids=ids).logits
+        torch.testing.assert_close(flagged.model(input_ids=ids).logits, reference, atol=1e-5, rtol=1e-5)
+        # The hazard is real: transformers' own path reads the flag and attends both ways.
+        naive = AutoModelForCausalLM.from_pretrained(saved).eval()
+        assert not torch.allclose(naive(input_ids=ids).logits, reference, atol=1e-3)
+    prompts = ["The cat sat on", "Paris is the capital"]
+    assert flagged.generate(prompts, max_new_tokens=8, temperature=0) == unflagged.generate(
+        prompts, max_new_tokens=8, temperature=0
+    )
+    gap = "The cat [GAP] the mat."
+    assert flagged.infill(gap, max_new_tokens=4).text == unflagged.infill(gap, max_new_tokens=4).text
+    np.testing.assert_allclose(flagged.encode(TEXTS), unflagged.encode(TEXTS), atol=1e-5)
+
+
+def test_loaded_model_refuses_a_config_that_is_not_causal(llama_magnet, saved):
+    from transformers import AutoModelForCausalLM
+
+    with pytest.raises(ValueError, match="is_causal=True"):
+        Magnet(AutoModelForCausalLM.from_pretrained(saved), llama_magnet.tokenizer)
 
 
 @pytest.mark.parametrize("adapted", [True, False], ids=["adapted", "unadapted"])
@@ -95,24 +212,19 @@ def test_to_sentence_transformer_shares_the_weights(llama_magnet):
     assert [p.data_ptr() for p in theirs] == [p.data_ptr() for p in ours]
 
 
-def test_prompts_replace_the_instruction(llama_magnet, loaded):
+def test_prompts_replace_the_instruction(llama_magnet):
     default = llama_magnet.encode(TEXTS)
     with_query = llama_magnet.encode(TEXTS, instruction=QUERY)
-    assert not np.allclose(default, with_query, atol=1e-3)  # the prompt matters for this model
-
-    for model in (llama_magnet.to_sentence_transformer(prompts=PROMPTS), loaded):
-        np.testing.assert_allclose(model.encode(TEXTS, prompt_name="query"), with_query, atol=1e-5)
-        np.testing.assert_allclose(model.encode_query(TEXTS), with_query, atol=1e-5)
-        # An empty prompt keeps the model's own instruction.
-        np.testing.assert_allclose(model.encode(TEXTS, prompt_name="document"), default, atol=1e-5)
-        np.testing.assert_allclose(model.encode_document(TEXTS), default, atol=1e-5)
-        # A literal prompt, trailing space dropped (the encoder adds one between instruction and text).
-        np.testing.assert_allclose(
-            model.encode(TEXTS, prompt="query: "),
-            llama_magnet.encode(TEXTS, instruction="query:"),
-            atol=1e-5,
-        )
-
+    model = llama_magnet.to_sentence_transformer(prompts=PROMPTS)
+    np.testing.assert_allclose(model.encode(TEXTS, prompt_name="query"), with_query, atol=1e-5)
+    np.testing.assert_allclose(model.encode_query(TEXTS), with_query, atol=1e-5)
+    # An empty prompt keeps the model's own instruction.
+    np.testing.assert_allclose(model.encode(TEXTS, prompt_name="document"), default, atol=1e-5)
+    np.testing.assert_allclose(model.encode_document(TEXTS), default, atol=1e-5)
+    # A literal prompt, trailing space dropped (the encoder adds one between instruction and text).
+    np.testing.assert_allclose(
+        model.encode(TEXTS, prompt="query: "), llama_magnet.encode(TEXTS, instruction="query:"), atol=1e-5
+    )
     by_default = llama_magnet.to_sentence_transformer(prompts=PROMPTS, default_prompt_name="query")
     np.testing.assert_allclose(by_default.encode(TEXTS), with_query, atol=1e-5)
 
@@ -152,29 +264,6 @@ def test_similarity_semantic_search_and_evaluator(llama_magnet):
     assert metrics["sts_spearman_cosine"] == pytest.approx(spearmanr(gold, ours).statistic, abs=1e-6)
 
 
-def test_save_is_atomic_and_careful_with_existing_directories(llama_magnet, tmp_path):
-    foreign = tmp_path / "notes"
-    foreign.mkdir()
-    (foreign / "keep.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="overwrite=True"):
-        llama_magnet.save(foreign)
-    assert (foreign / "keep.txt").read_text() == "mine"
-
-    target = tmp_path / "model"
-    llama_magnet.save(target)
-    first = (target / "model.safetensors").stat().st_ino
-    llama_magnet.save(target)  # an existing model directory is replaced whole
-    assert (target / "model.safetensors").stat().st_ino != first
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "notes"]  # no temporaries left
-
-    llama_magnet.save(foreign, overwrite=True)
-    assert not (foreign / "keep.txt").exists() and (foreign / "magnet_config.json").is_file()
-
-    umask = os.umask(0)
-    os.umask(umask)
-    assert (target.stat().st_mode & 0o777) == 0o777 & ~umask
-
-
 def test_bad_inputs_give_clear_errors(llama_magnet, tmp_path):
     wrapped = llama_magnet.to_sentence_transformer()
     with pytest.raises(ValueError, match="encodes text only"):
@@ -196,9 +285,20 @@ def test_default_model_round_trips_through_sentence_transformers(tmp_path):
     expected = magnet.encode(texts)
     np.testing.assert_allclose(magnet.to_sentence_transformer().encode(texts), expected, atol=1e-5)
     saved = magnet.save(tmp_path / "default")
-    loaded = SentenceTransformer(str(saved), trust_remote_code=True, device="cpu")
+    assert read_manifest(saved).sentence_transformers == STOCK
+    loaded = SentenceTransformer(str(saved), device="cpu")  # stock modules: no trust_remote_code
     np.testing.assert_allclose(loaded.encode(texts), expected, atol=1e-5)
-    np.testing.assert_allclose(Magnet.from_pretrained(saved).encode(texts), expected, atol=1e-5)
+    np.testing.assert_allclose(loaded.encode(texts, batch_size=2), expected, atol=1e-5)
+    query = "Given a question, find the passages that answer it:"
+    np.testing.assert_allclose(
+        loaded.encode(texts, prompt=query + " "), magnet.encode(texts, instruction=query), atol=1e-5
+    )
+    again = Magnet.from_pretrained(saved)
+    np.testing.assert_allclose(again.encode(texts), expected, atol=1e-5)
+    prompt = "The capital of France is"
+    assert again.generate(prompt, max_new_tokens=12, temperature=0) == magnet.generate(
+        prompt, max_new_tokens=12, temperature=0
+    )
 
 
 def test_module_path_in_modules_json_is_the_class_path():
@@ -240,6 +340,7 @@ def test_echo_and_principal_shift_travel_to_sentence_transformers(tmp_path):
     expected = magnet.encode(texts)
     np.testing.assert_allclose(magnet.to_sentence_transformer().encode(texts), expected, atol=1e-5)
     magnet.save(tmp_path / "saved")
+    assert read_manifest(tmp_path / "saved").sentence_transformers_reason.startswith("echo")
     loaded = SentenceTransformer(str(tmp_path / "saved"), trust_remote_code=True)
     np.testing.assert_allclose(loaded.encode(texts), expected, atol=1e-5)
     again = Magnet.from_pretrained(tmp_path / "saved")

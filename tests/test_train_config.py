@@ -19,9 +19,17 @@ def test_recipes_fill_unset_fields_and_explicit_values_win():
     assert custom.input_mask_probability == 0.3
 
 
-def test_every_recipe_is_a_valid_config():
-    for name in RECIPES:
-        TrainConfig(data=["a.txt"], recipe=name)
+def test_every_recipe_is_a_valid_config_with_its_preset_values():
+    for name, preset in RECIPES.items():
+        config = TrainConfig(data=["a.txt"], recipe=name)
+        assert config.recipe == name
+        for key, value in preset.items():
+            got = getattr(config, key)
+            got = getattr(got, "value", got)  # enums compare by their stored name
+            if key == "positives" and value == "auto":
+                assert got != "auto", f"{name}: positives='auto' was not resolved"
+                continue
+            assert got == value, f"recipe {name}: {key} is {got!r}, the preset says {value!r}"
 
 
 def test_llm2vec_trains_mntp_then_simcse():

@@ -60,7 +60,9 @@ def _enum(cls: type[Enum], value: Any, name: str) -> Any:
 @dataclass
 class TrainConfig:
     # --- what to train on
-    base_model: str = "default"  # a name or directory Magnet.from_pretrained accepts
+    # A name or directory Magnet.from_pretrained accepts; training starts from its base weights.
+    # "default-base" is the embedded base alone ("default" would name base + shipped adapter).
+    base_model: str = "default-base"
     data: list[str] = field(default_factory=list)  # .txt / .jsonl / .csv / .tsv text files
     pairs: list[str] = field(default_factory=list)  # .jsonl / .tsv positive pairs
     text_field: str = "text"  # the column of .jsonl / .csv text files

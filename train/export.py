@@ -5,23 +5,27 @@ full weights when fully fine-tuned; ``magnet_config.json`` (base model, instruct
 attention and pooling, layout tokens, and ``training``: how it was trained); and the tokenizer
 when training added layout tokens to it (the loader then reads the tokenizer from here).
 
-Files are written into a temporary directory first and moved into place one by one, so a
-crash never leaves a half-written adapter under its final name. A model sharded by FSDP is
-exported from its whole weights, gathered by :func:`gather_weights` on every process first.
+The directory is written by :func:`magnetsdk.model_dir.write_model_directory` *beside* the run's
+other files (checkpoints, metrics, the training config): files are staged in a temporary directory
+and moved into place one by one, ``magnet_config.json`` last; only files an earlier export wrote
+(listed in ``magnet_files.json``) are replaced, nothing else in the run directory is touched.
+The sentence-transformers files (``MagnetModule``: the adapter is merged at load) come with it.
+A model sharded by FSDP is exported from its whole weights, gathered by :func:`gather_weights` on
+every process first.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from magnetsdk.attention import AttentionMode
-from magnetsdk.config import MagnetConfig, Pooling, move_into_place
-from magnetsdk.layout import LayoutTokens
+from magnetsdk.config import MagnetConfig, Pooling
+from magnetsdk.layout import DEFAULT_INFILL_LAYOUT, LayoutTokens
+from magnetsdk.model_dir import Manifest, weights_sha256, write_model_directory
+from magnetsdk.st_layout import CUSTOM, write_custom_files
 
 
 def encoding_settings(uses_sscl: bool, lm_attention: str) -> tuple[AttentionMode, Pooling]:
@@ -68,13 +72,12 @@ def export_model(
     uses_sscl: bool,
     lm_attention: str,
     training: dict[str, Any],
-    infill_layout: str,
     full_weights: bool,
     state_dict: dict[str, torch.Tensor] | None = None,
+    infill_layout: str = DEFAULT_INFILL_LAYOUT,
 ) -> Path:
     """Write the model directory; ``state_dict`` (from :func:`gather_weights`) replaces the model's own."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     mode, pooling = encoding_settings(uses_sscl, lm_attention)
     config = MagnetConfig(
         base_model=base_model,
@@ -86,13 +89,20 @@ def export_model(
         adapted=True,
         training=training,
     )
-    tmp = Path(tempfile.mkdtemp(prefix=".export.", dir=out_dir))
-    try:
+
+    def stage(tmp: Path) -> Manifest:
         model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+        # peft writes a boilerplate model card; the run's README.md (if any) is the user's.
+        (tmp / "README.md").unlink(missing_ok=True)
         if tokens_added or full_weights:
             tokenizer.save_pretrained(tmp)
         config.save(tmp)
-        move_into_place(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out_dir
+        write_custom_files(tmp, prompts=None, default_prompt_name=None)
+        return Manifest(
+            kind="model" if full_weights else "adapter",
+            weights_sha256=weights_sha256(tmp) if full_weights else None,
+            sentence_transformers=CUSTOM,
+            sentence_transformers_reason="training's export is read through magnetsdk (adapter merged at load)",
+        )
+
+    return write_model_directory(out_dir, stage, whole=False)

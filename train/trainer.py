@@ -90,11 +90,11 @@ def load_base(config: TrainConfig, device: torch.device):
 
     from magnetsdk.loading import resolve
 
-    resolved = resolve(None if config.base_model == "default" else config.base_model)
-    if resolved.adapter is not None and config.base_model != "default":
+    resolved = resolve(config.base_model)
+    if resolved.adapter is not None:
         warnings.warn(
             f"{config.base_model} carries an adapter; training starts from its base model {resolved.name} "
-            "without it",
+            "without it (name the base alone, e.g. 'default-base', to say so)",
             stacklevel=2,
         )
     tokenizer = AutoTokenizer.from_pretrained(resolved.base)

@@ -122,13 +122,13 @@ def evaluate_dependence(
     sequences, skipped = tokenize_texts(magnet.tokenizer, path, min_tokens, max_tokens, limit)
     if not sequences:
         raise ValueError(f"no text in {path} has {min_tokens} tokens ({skipped} skipped); lower --min-tokens")
-    prefix = list(magnet._prefix)
+    prefix = list(magnet.prefix)
     sequences = [prefix + s for s in sequences]
     model = magnet.model
     device = next(model.parameters()).device
     per_mode: dict[str, np.ndarray] = {}
     first_matrix: dict[str, np.ndarray] = {}
-    with magnet._lock, torch.inference_mode(), eager_attention(model):
+    with magnet.lock, torch.inference_mode(), eager_attention(model):
         for mode in chosen:
             starts = range(0, len(sequences), batch_size)
             if show_progress:
@@ -138,7 +138,7 @@ def evaluate_dependence(
             values = []
             for first in starts:
                 batch = sequences[first : first + batch_size]
-                ids, valid = pad_batch(batch, magnet._pad_id, device)  # (b, n)
+                ids, valid = pad_batch(batch, magnet.pad_id, device)  # (b, n)
                 attention = averaged_attention(model, ids, valid, mode)  # (b, n, n)
                 for row, seq in enumerate(batch):
                     matrix = attention[row, : len(seq), : len(seq)]

@@ -59,15 +59,15 @@ def evaluate_lm(
     total_tokens = len(ids)
     if max_tokens is not None:
         ids = ids[:max_tokens]
-    sequences = windows(ids, context, magnet._prefix)
+    sequences = windows(ids, context, magnet.prefix)
     if limit is not None:
         sequences = sequences[:limit]
-    with magnet._lock:
+    with magnet.lock:
         nll = target_nll(
             magnet.model,
             sequences,
             AttentionMode.CAUSAL,
-            magnet._pad_id,
+            magnet.pad_id,
             batch_size,
             show_progress,
             "lm",

@@ -119,14 +119,14 @@ def word_features(
 ) -> np.ndarray:
     """Float32 ``(words, d)``: the final hidden state at each word's first sub-token."""
     tokenizer = magnet.tokenizer
-    prefix = list(magnet._prefix)
+    prefix = list(magnet.prefix)
     laid: list[tuple[list[int], list[int]]] = []
     for sentence in sentences:
         ids, firsts = list(prefix), []
         for k, word in enumerate(sentence.words):
             pieces = tokenizer(word if k == 0 else " " + word, add_special_tokens=False)["input_ids"]
             firsts.append(len(ids))
-            ids.extend(pieces or [magnet._pad_id])
+            ids.extend(pieces or [magnet.pad_id])
         laid.append((ids, firsts))
     device = next(magnet.model.parameters()).device
     order = sorted(range(len(laid)), key=lambda i: len(laid[i][0]), reverse=True)
@@ -136,10 +136,10 @@ def word_features(
         from tqdm.auto import tqdm
 
         starts = tqdm(starts, desc="probe features", unit="batch")
-    with magnet._lock, torch.inference_mode():
+    with magnet.lock, torch.inference_mode():
         for start in starts:
             index = order[start : start + batch_size]
-            ids, valid = pad_batch([laid[i][0] for i in index], magnet._pad_id, device)  # (b, n)
+            ids, valid = pad_batch([laid[i][0] for i in index], magnet.pad_id, device)  # (b, n)
             hidden = run_decoder(magnet.model, ids, valid, attention).hidden  # (b, n, d)
             for row, i in enumerate(index):
                 positions = torch.tensor(laid[i][1], device=device)

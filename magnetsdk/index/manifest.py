@@ -22,7 +22,12 @@ FORMAT_VERSION = 1
 
 # Identity fields that must match for vectors to be comparable. The adapter's path is left out on
 # purpose: moving an adapter directory does not change the model, its SHA-256 does.
-IDENTITY_KEYS = ("model", "adapter_sha256", "dimension", "encode_attention", "pooling", "instruction")
+# Everything that changes vectors. "echo" and "weights_sha256" are recorded only when set (ModelIdentity.to_dict),
+# so indexes built before they existed still open with the same model.
+IDENTITY_KEYS = (
+    "model", "adapter_sha256", "dimension", "encode_attention", "pooling", "instruction",
+    "principal_shift", "echo", "weights_sha256",
+)  # fmt: skip
 
 
 @dataclass
