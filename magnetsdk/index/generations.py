@@ -2,13 +2,15 @@
 
 A generation's file is written under a temporary name, fsynced and renamed to
 ``vectors-NNNNNN.faiss``; the store's ``state`` table names the generation that matches its
-committed rows (the commit itself is :meth:`magnetsdk.index.Index.save`'s job). A file that is
-missing, unreadable or out of step with the store is never trusted: the index is rebuilt from the
-vectors kept in the store.
+committed rows and the SHA-256 of the file's sorted id list (the commit itself is
+:meth:`magnetsdk.index.Index.save`'s job). A file that is missing, unreadable or out of step with
+the store (another count, dimension, or id list: the same count of different chunks is caught
+too) is never trusted: the index is rebuilt from the vectors kept in the store.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -16,6 +18,11 @@ import numpy as np
 
 from magnetsdk.index.store import Store
 from magnetsdk.index.vectors import IndexType, VectorIndex, VectorSettings, resolve_type
+
+
+def ids_checksum(ids: np.ndarray) -> str:
+    """SHA-256 of an id list, sorted (the order FAISS keeps ids in does not matter)."""
+    return hashlib.sha256(np.sort(np.asarray(ids, dtype="<i8")).tobytes()).hexdigest()
 
 
 def file_name(generation: int) -> str:
@@ -65,6 +72,10 @@ def read_committed(
             None,
             f"{path} holds {loaded.size} vectors of dimension {loaded.dimension} for {count} stored chunks of {dim}",
         )
+    in_file = ids_checksum(loaded.ids())
+    recorded = store.get_state("faiss_ids_sha256")
+    if in_file != ids_checksum(store.chunk_ids()) or (recorded and recorded != in_file):
+        return None, f"{path} holds the ids of other chunks than the {count} stored ones"
     return loaded, None
 
 

@@ -44,6 +44,11 @@ def make_plan(
 ) -> Plan:
     """Sort ``documents`` into a :class:`Plan`; raise on duplicates, empty texts, or (unless ``upsert``)
     ids that are already stored."""
+    if isinstance(documents, (str, bytes, dict, Document)):
+        raise TypeError(
+            f"documents must be a list (or other iterable) of documents, not one {type(documents).__name__}; "
+            "wrap a single document in a list: index.add([text])"
+        )
     docs = [Document.coerce(d) for d in documents]
     if not docs:
         raise ValueError("no documents given: the corpus is empty")
