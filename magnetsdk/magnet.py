@@ -172,6 +172,11 @@ class Magnet:
         return int(self.model.config.hidden_size)
 
     @property
+    def max_length(self) -> int:
+        """The most tokens :meth:`encode` reads per text by default (instruction included)."""
+        return int(self.config.max_length)
+
+    @property
     def identity(self) -> ModelIdentity:
         return ModelIdentity(
             model=self.name,

@@ -127,19 +127,14 @@ class Index:
         directory = Path(directory).expanduser()
         if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
             raise _exists_error(directory)
-        identity = encoder.identity.to_dict()
-        settings = vector_settings or VectorSettings()
-        chunking = ChunkSettings(chunk_tokens, chunk_overlap)
-        documents = identity["instruction"] if document_instruction is None else document_instruction
-        check_fits_encoder(chunking, encoder.tokenizer, getattr(encoder, "max_length", None), documents)
-        manifest = Manifest(
-            identity=identity,
-            document_instruction=documents,
-            query_instruction=identity["instruction"] if query_instruction is None else query_instruction,
-            index_type=parse_type(index_type).value,
-            chunk_tokens=chunking.max_tokens,
-            chunk_overlap=chunk_overlap,
-            vector_settings=dict(settings.__dict__),
+        manifest = _new_manifest(
+            encoder,
+            index_type,
+            chunk_tokens,
+            chunk_overlap,
+            document_instruction,
+            query_instruction,
+            vector_settings,
         )
         # Build the directory beside its destination and rename it into place: a directory with a
         # manifest is always a complete, openable index.
@@ -181,7 +176,9 @@ class Index:
         """Open the index in ``directory``, or create it with ``create_options`` (see :meth:`create`).
 
         Options that differ from an existing index's manifest are ignored with a warning: an
-        index keeps the type, chunking and instructions it was created with.
+        index keeps the type, chunking and instructions it was created with. An index that was
+        never saved into (no documents, generation 0, e.g. after a run that failed or was killed)
+        takes the options given instead.
         """
         directory = Path(directory).expanduser()
         if not (directory / MANIFEST_NAME).is_file():
@@ -191,6 +188,12 @@ class Index:
                 if not (directory / MANIFEST_NAME).is_file():
                     raise  # other files, not an index created by a concurrent run
         index = cls.open(directory, encoder)
+        if create_options and index._never_saved():
+            index.lock_for_writing()
+            if index._never_saved():
+                _new_manifest(encoder, **create_options).save(directory)
+                index.close()
+                return cls.open(directory, encoder)
         ignored = [
             f"{key}={_plain(value)!r} (the index has {getattr(index.manifest, key)!r})"
             for key, value in create_options.items()
@@ -347,7 +350,8 @@ class Index:
             return unit_rows(vectors, dim, len(batch))
 
         with tqdm(total=len(texts), desc="encode", unit="chunk", disable=not progress) as bar:
-            return encode_missing(texts, encode, self._pending, dim, batch_size, bar.update)
+            instruction = self.manifest.document_instruction
+            return encode_missing(texts, instruction, encode, self._pending, dim, batch_size, bar.update)
 
     def apply(self, plan: Plan, vectors: np.ndarray) -> None:
         """Store a plan whose chunk texts were encoded into ``vectors`` (n, d), in plan order."""
@@ -493,6 +497,10 @@ class Index:
             )
         return self._vectors
 
+    def _never_saved(self) -> bool:
+        with self._lock:
+            return self._store.document_count() == 0 and self._store.get_state("generation", "0") == "0"
+
     def _catch_up(self) -> None:
         """A reader picks up what another writer saved since it read the FAISS file."""
         if not self._writer.held and not self.has_unsaved_changes:
@@ -579,6 +587,32 @@ def report_for(plan: Plan, encode_seconds: float, seconds: float, removed: int =
         chunks=len(plan.chunks),
         encode_seconds=encode_seconds,
         seconds=seconds,
+    )
+
+
+def _new_manifest(
+    encoder: Encoder,
+    index_type: IndexType | str = IndexType.EXACT,
+    chunk_tokens: int = 256,
+    chunk_overlap: int = 32,
+    document_instruction: str | None = None,
+    query_instruction: str | None = None,
+    vector_settings: VectorSettings | None = None,
+) -> Manifest:
+    """The manifest of a new index (see :meth:`Index.create`); refuses chunks the encoder would cut."""
+    identity = encoder.identity.to_dict()
+    settings = vector_settings or VectorSettings()
+    chunking = ChunkSettings(chunk_tokens, chunk_overlap)
+    documents = identity["instruction"] if document_instruction is None else document_instruction
+    check_fits_encoder(chunking, encoder.tokenizer, getattr(encoder, "max_length", None), documents)
+    return Manifest(
+        identity=identity,
+        document_instruction=documents,
+        query_instruction=identity["instruction"] if query_instruction is None else query_instruction,
+        index_type=parse_type(index_type).value,
+        chunk_tokens=chunking.max_tokens,
+        chunk_overlap=chunk_overlap,
+        vector_settings=dict(settings.__dict__),
     )
 
 

@@ -3,8 +3,8 @@
 Encoding is the slow part of indexing, and the index's own store holds every change in one write
 transaction until ``save()`` (so that a save is atomic). A run killed before that commit would
 otherwise lose every chunk it had encoded; instead, each encoded batch is committed here at once,
-keyed by the SHA-256 of the chunk text, and the next run encodes only the texts it does not find.
-The key needs neither the model nor the instruction: both are fixed for an index by its manifest.
+keyed by the SHA-256 of the document instruction and the chunk text, and the next run encodes only
+the texts it does not find. The model is fixed for an index by its manifest.
 After a successful save the table is emptied (its vectors are in the store now).
 
 Several processes of a sharded run may write here at the same time; SQLite serialises them.
@@ -22,8 +22,8 @@ import numpy as np
 PENDING_NAME = "pending.sqlite"
 
 
-def text_key(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def text_key(instruction: str, text: str) -> str:
+    return hashlib.sha256(f"{instruction}\x00{text}".encode()).hexdigest()
 
 
 class PendingVectors:
@@ -82,17 +82,18 @@ class PendingVectors:
 
 def encode_missing(
     texts: list[str],
+    instruction: str,
     encode: Callable[[list[str]], np.ndarray],
     pending: PendingVectors,
     dim: int,
     batch_size: int,
     on_batch: Callable[[int], None] | None = None,
 ) -> np.ndarray:
-    """Vectors (n, d) for ``texts``: those already pending are reused, the rest are encoded in
+    """Vectors (n, d) for ``texts`` under ``instruction``: those already pending are reused, the rest are encoded in
     batches of ``batch_size`` (longest first: similar lengths batch well) and committed to
     ``pending`` batch by batch. ``encode`` returns finite (b, d) rows for b texts."""
     out = np.zeros((len(texts), dim), dtype=np.float32)
-    keys = [text_key(t) for t in texts]
+    keys = [text_key(instruction, t) for t in texts]
     known = pending.get(sorted(set(keys)), dim)
     todo = [i for i, key in enumerate(keys) if key not in known]
     for i, key in enumerate(keys):
