@@ -245,9 +245,11 @@ def test_a_failed_rebuild_changes_nothing(path, llama_magnet):
 
 def test_ivfpq_on_a_small_corpus_fails_before_encoding_and_a_retry_works(tmp_path, llama_magnet):
     encoder = Counting(llama_magnet)
-    with Index.create(tmp_path / "small", encoder, index_type="ivfpq") as index:
-        with pytest.raises(ValueError, match="IVF-PQ.*at least 1000"):
-            index.add(corpus())
+    with (
+        Index.create(tmp_path / "small", encoder, index_type="ivfpq") as index,
+        pytest.raises(ValueError, match="IVF-PQ.*at least 1000"),
+    ):
+        index.add(corpus())
     assert encoder.texts == 0
     # The suggested retry: the never-saved index takes the new options.
     with warnings.catch_warnings():

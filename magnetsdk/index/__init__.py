@@ -31,7 +31,18 @@ _WHERE = {
     "IndexNotFoundError": "magnetsdk.index.errors",
 }
 
-__all__ = list(_WHERE)
+__all__ = [
+    "Index",
+    "Document",
+    "Hit",
+    "AddReport",
+    "IndexType",
+    "EmptyIndexError",
+    "IndexBusyError",
+    "IndexCorruptedError",
+    "IndexMismatchError",
+    "IndexNotFoundError",
+]
 
 if TYPE_CHECKING:
     from magnetsdk.index.documents import AddReport, Document, Hit

@@ -503,9 +503,12 @@ class Index:
 
     def _catch_up(self) -> None:
         """A reader picks up what another writer saved since it read the FAISS file."""
-        if not self._writer.held and not self.has_unsaved_changes:
-            if int(self._store.get_state("generation", "0")) != self._generation:
-                self._load_vectors()
+        if (
+            not self._writer.held
+            and not self.has_unsaved_changes
+            and int(self._store.get_state("generation", "0")) != self._generation
+        ):
+            self._load_vectors()
 
     def _apply(self, plan: Plan, vectors: np.ndarray) -> None:
         try:

@@ -105,4 +105,3 @@ def upsert_sharded(
         return report
     finally:
         index.close()
-
