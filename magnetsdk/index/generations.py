@@ -1,4 +1,5 @@
-"""FAISS files as numbered generations beside the store: written, read back, rebuilt, cleaned up.
+"""The FAISS index of an index directory: in memory (:class:`LiveVectors`) and as numbered
+generation files beside the store, written, read back, rebuilt and cleaned up.
 
 A generation's file is written under a temporary name, fsynced and renamed to
 ``vectors-NNNNNN.faiss``; the store's ``state`` table names the generation that matches its
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +99,83 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class LiveVectors:
+    """The FAISS index an open :class:`~magnetsdk.index.Index` searches, and the committed
+    generation it was read from; changed in memory, written as a new generation by :meth:`stage`."""
+
+    def __init__(self, directory: Path, store: Store, dim: int, settings: VectorSettings) -> None:
+        self.directory = directory
+        self.store = store
+        self.dim = dim
+        self.settings = settings
+        self.index: VectorIndex | None = None
+        self.dirty = False  # differs from the committed file
+        self.generation = 0  # the committed generation this was read from
+        self._staged: int | None = None
+
+    @property
+    def behind(self) -> bool:
+        """Whether another writer committed a generation since this one was read."""
+        return int(self.store.get_state("generation", "0")) != self.generation
+
+    def load(self, requested: IndexType | str) -> None:
+        """Read the committed FAISS file, or rebuild from the stored vectors when it is missing,
+        damaged or out of step with the store (a warning says so)."""
+        self.generation = int(self.store.get_state("generation", "0"))
+        self.index = None
+        if self.store.chunk_count() == 0:
+            return
+        self.index, problem = read_committed(self.directory, self.store, self.dim, self.settings)
+        if self.index is None:
+            warnings.warn(f"the FAISS file {problem}; rebuilding it from the stored vectors", stacklevel=4)
+            self.rebuild(requested)
+            self.dirty = True
+
+    def rebuild(self, requested: IndexType | str) -> None:
+        """A new index of every stored vector (None when there are none); raises if it cannot be built."""
+        self.index = build_from_store(self.store, self.dim, requested, self.settings)
+
+    def update(
+        self, removed: np.ndarray, ids: np.ndarray, vectors: np.ndarray | None, requested: IndexType | str
+    ) -> None:
+        if self.index is None or (len(removed) and not self.index.supports_remove):
+            self.rebuild(requested)  # HNSW cannot delete: rebuild from the store
+        else:
+            if len(removed):
+                self.index.remove(removed)
+            if vectors is not None:
+                self.index.add(ids, vectors)
+        self.dirty = True
+
+    def refresh_type(self, requested: IndexType | str) -> None:
+        """Under ``auto``, switch type when the corpus has grown (or shrunk) past a boundary."""
+        if (
+            self.index is not None
+            and resolve_type(requested, self.store.chunk_count()) is not self.index.kind
+        ):
+            self.rebuild(requested)
+            self.dirty = True
+
+    def stage(self) -> str:
+        """Inside the store's open transaction: write a new generation file if anything changed and
+        record it (name, type, id checksum); return the file name the committed state names."""
+        if not self.dirty:
+            return self.store.get_state("faiss_file")
+        generation = int(self.store.get_state("generation", "0")) + 1
+        name = write_generation(self.directory, self.index, generation) if self.index is not None else ""
+        self.store.set_state(
+            faiss_file=name,
+            generation=str(generation),
+            index_type_in_use=self.index.kind.value if self.index is not None else "",
+            faiss_ids_sha256=ids_checksum(self.index.ids()) if self.index is not None else "",
+        )
+        self._staged = generation
+        return name
+
+    def committed(self) -> None:
+        """The store committed what :meth:`stage` recorded."""
+        if self._staged is not None:
+            self.generation, self._staged = self._staged, None
+        self.dirty = False

@@ -21,6 +21,10 @@ other writers' saves on their next search. One ``Index`` may be shared by thread
 serialised by its locks, and the encoder is called without holding them (a ``Magnet`` has its own).
 
 The index needs an encoder (see :class:`Encoder`), not a :class:`magnetsdk.Magnet` in particular.
+
+This file is longer than the ~400 lines other modules keep to because it is the one public class
+and every public method states its contract and takes the locks; the concepts it calls live in
+their own modules (planning, store, pending, writer, generations, search, manifest).
 """
 
 from __future__ import annotations
@@ -42,14 +46,8 @@ import numpy as np
 from magnetsdk.index.chunking import ChunkSettings, check_fits_encoder
 from magnetsdk.index.documents import AddReport, Document, Hit
 from magnetsdk.index.errors import EmptyIndexError, IndexCorruptedError
-from magnetsdk.index.generations import (
-    build_from_store,
-    ids_checksum,
-    read_committed,
-    remove_stale,
-    write_generation,
-)
-from magnetsdk.index.manifest import MANIFEST_NAME, Manifest
+from magnetsdk.index.generations import LiveVectors, remove_stale
+from magnetsdk.index.manifest import MANIFEST_NAME, Manifest, new_manifest
 from magnetsdk.index.pending import PendingVectors, encode_missing
 from magnetsdk.index.planning import Plan, make_plan
 from magnetsdk.index.search import search_chunks
@@ -98,12 +96,10 @@ class Index:
         self._write_lock = threading.RLock()  # one change at a time, held while encoding
         self._writer = WriterLock(directory)
         self._pending = PendingVectors(directory, self.busy_timeout_s)
-        self._vectors: VectorIndex | None = None
-        self._vectors_dirty = False  # the in-memory FAISS index differs from the committed file
+        self._live = LiveVectors(directory, store, manifest.dimension, self._settings)
         self._manifest_dirty = False  # rebuild() changed the index type; save() writes the manifest
-        self._generation = 0  # the committed generation the in-memory FAISS index was read from
         self._removed = 0  # documents deleted since the last save
-        self._load_vectors()
+        self._live.load(manifest.index_type)
 
     # ------------------------------------------------------------------ create / open
 
@@ -127,14 +123,14 @@ class Index:
         directory = Path(directory).expanduser()
         if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
             raise _exists_error(directory)
-        manifest = _new_manifest(
+        manifest = new_manifest(
             encoder,
             index_type,
             chunk_tokens,
             chunk_overlap,
             document_instruction,
             query_instruction,
-            vector_settings,
+            dict((vector_settings or VectorSettings()).__dict__),
         )
         # Build the directory beside its destination and rename it into place: a directory with a
         # manifest is always a complete, openable index.
@@ -191,7 +187,7 @@ class Index:
         if create_options and index._never_saved():
             index.lock_for_writing()
             if index._never_saved():
-                _new_manifest(encoder, **create_options).save(directory)
+                _new_manifest(encoder, create_options).save(directory)
                 index.close()
                 return cls.open(directory, encoder)
         ignored = [
@@ -229,12 +225,12 @@ class Index:
 
     @property
     def has_unsaved_changes(self) -> bool:
-        return self._store.in_transaction or self._vectors_dirty or self._manifest_dirty
+        return self._store.in_transaction or self._live.dirty or self._manifest_dirty
 
     @property
     def index_type(self) -> IndexType | None:
         """The concrete FAISS type in use (None while the index is empty)."""
-        return self._vectors.kind if self._vectors is not None else None
+        return self._live.index.kind if self._live.index is not None else None
 
     def __len__(self) -> int:
         with self._lock:
@@ -254,7 +250,7 @@ class Index:
                 "index_type_in_use": self.index_type.value if self.index_type else None,
                 "faiss_file": state("faiss_file") or None,
                 "generation": int(state("generation", "0")),
-                "vector_bytes": self._vectors.memory_bytes() if self._vectors is not None else 0,
+                "vector_bytes": self._live.index.memory_bytes() if self._live.index is not None else 0,
                 "disk_bytes": sum(p.stat().st_size for p in files),
                 "model": self.manifest.identity.get("model"),
                 "adapter_sha256": self.manifest.identity.get("adapter_sha256"),
@@ -306,8 +302,8 @@ class Index:
                 return
             self._writer.acquire(self.busy_timeout_s)
             with self._lock:
-                if int(self._store.get_state("generation", "0")) != self._generation:
-                    self._load_vectors()  # another writer saved since this index read its FAISS file
+                if self._live.behind:  # another writer saved since this index read its FAISS file
+                    self._live.load(self.manifest.index_type)
 
     def plan(self, documents: Iterable[Document | str | dict[str, Any]], upsert: bool = True) -> Plan:
         """What adding ``documents`` would do, and the chunk texts to encode (nothing is changed).
@@ -330,7 +326,7 @@ class Index:
                 + len(plan.chunks)
             )
             kind = resolve_type(self.manifest.index_type, after)
-            if self._vectors is None or kind is not self._vectors.kind:
+            if self._live.index is None or kind is not self._live.index.kind:
                 check_buildable(self.manifest.index_type, after)  # the FAISS index will be (re)built
         return plan
 
@@ -375,7 +371,7 @@ class Index:
                 if not stored:
                     return 0
                 removed = self._store.delete_documents(ids)
-                self._update_vectors(removed, np.zeros(0, dtype=np.int64), None)
+                self._live.update(removed, np.zeros(0, dtype=np.int64), None, self.manifest.index_type)
                 self._removed += stored
                 return stored
 
@@ -389,8 +385,8 @@ class Index:
         with self._write_lock:
             self.lock_for_writing()
             with self._lock:
-                self._vectors = build_from_store(self._store, self.manifest.dimension, kind, self._settings)
-                self._vectors_dirty = True
+                self._live.rebuild(kind)  # raises before anything changed if it cannot be built
+                self._live.dirty = True
                 if kind != self.manifest.index_type:
                     self.manifest.index_type = kind
                     self._manifest_dirty = True
@@ -449,30 +445,15 @@ class Index:
             if not self.has_unsaved_changes:
                 return
             self.lock_for_writing()
-            self._refresh_type()
+            self._live.refresh_type(self.manifest.index_type)
             self._store.begin()
-            name = self._store.get_state("faiss_file")
-            generation = self._generation
-            if self._vectors_dirty:
-                generation = int(self._store.get_state("generation", "0")) + 1
-                name = (
-                    write_generation(self.directory, self._vectors, generation)
-                    if self._vectors is not None
-                    else ""
-                )
-                self._store.set_state(
-                    faiss_file=name,
-                    generation=str(generation),
-                    index_type_in_use=self._vectors.kind.value if self._vectors is not None else "",
-                    faiss_ids_sha256=ids_checksum(self._vectors.ids()) if self._vectors is not None else "",
-                )
+            name = self._live.stage()
             total = int(self._store.get_state("documents_removed_total", "0")) + self._removed
             self._store.set_state(
                 documents_removed_last_save=str(self._removed), documents_removed_total=str(total)
             )
             self._store.commit()  # the atomic switch: rows and the FAISS file name together
-            self._generation = generation
-            self._vectors_dirty = False
+            self._live.committed()
             self._removed = 0
             if self._manifest_dirty:
                 self.manifest.save(self.directory)
@@ -490,12 +471,12 @@ class Index:
         return self.encoder
 
     def _require_vectors(self) -> VectorIndex:
-        if self._vectors is None or self._vectors.size == 0:
+        if self._live.index is None or self._live.index.size == 0:
             raise EmptyIndexError(
                 f"the index at {self.directory} holds no documents yet; add documents first "
                 f"(Index.add, or `magnet index PATH --out {self.directory}`)"
             )
-        return self._vectors
+        return self._live.index
 
     def _never_saved(self) -> bool:
         with self._lock:
@@ -503,12 +484,8 @@ class Index:
 
     def _catch_up(self) -> None:
         """A reader picks up what another writer saved since it read the FAISS file."""
-        if (
-            not self._writer.held
-            and not self.has_unsaved_changes
-            and int(self._store.get_state("generation", "0")) != self._generation
-        ):
-            self._load_vectors()
+        if not self._writer.held and not self.has_unsaved_changes and self._live.behind:
+            self._live.load(self.manifest.index_type)
 
     def _apply(self, plan: Plan, vectors: np.ndarray) -> None:
         try:
@@ -526,47 +503,10 @@ class Index:
                         for i, (doc, position, chunk), vector in zip(ids, plan.chunks, vectors, strict=True)
                     ]
                 )
-                self._update_vectors(removed, ids, vectors)
+                self._live.update(removed, ids, vectors, self.manifest.index_type)
         except BaseException:
-            self._load_vectors(from_store_only=True)  # the FAISS index may be half-changed: rebuild it
+            self._live.rebuild(self.manifest.index_type)  # it may be half-changed: rebuild it
             raise
-
-    def _update_vectors(self, removed: np.ndarray, ids: np.ndarray, vectors: np.ndarray | None) -> None:
-        if self._vectors is None or (len(removed) and not self._vectors.supports_remove):
-            self._load_vectors(from_store_only=True)  # HNSW cannot delete: rebuild from the store
-        else:
-            if len(removed):
-                self._vectors.remove(removed)
-            if vectors is not None:
-                self._vectors.add(ids, vectors)
-        self._vectors_dirty = True
-
-    def _refresh_type(self) -> None:
-        """Under ``auto``, switch type when the corpus has grown (or shrunk) past a boundary."""
-        count = self._store.chunk_count()
-        if (
-            self._vectors is not None
-            and resolve_type(self.manifest.index_type, count) is not self._vectors.kind
-        ):
-            self._load_vectors(from_store_only=True)
-            self._vectors_dirty = True
-
-    def _load_vectors(self, from_store_only: bool = False) -> None:
-        """Read the committed FAISS file, or rebuild from the stored vectors when it is missing,
-        damaged or out of step with the store (a warning says so)."""
-        dim = self.manifest.dimension
-        self._vectors = None
-        if not from_store_only:
-            self._generation = int(self._store.get_state("generation", "0"))
-        if self._store.chunk_count() == 0:
-            return
-        if not from_store_only:
-            self._vectors, problem = read_committed(self.directory, self._store, dim, self._settings)
-            if self._vectors is not None:
-                return
-            warnings.warn(f"the FAISS file {problem}; rebuilding it from the stored vectors", stacklevel=3)
-            self._vectors_dirty = True
-        self._vectors = build_from_store(self._store, dim, self.manifest.index_type, self._settings)
 
     def _add(self, documents, upsert: bool, batch_size: int, progress: bool) -> AddReport:
         started = time.perf_counter()
@@ -593,30 +533,11 @@ def report_for(plan: Plan, encode_seconds: float, seconds: float, removed: int =
     )
 
 
-def _new_manifest(
-    encoder: Encoder,
-    index_type: IndexType | str = IndexType.EXACT,
-    chunk_tokens: int = 256,
-    chunk_overlap: int = 32,
-    document_instruction: str | None = None,
-    query_instruction: str | None = None,
-    vector_settings: VectorSettings | None = None,
-) -> Manifest:
-    """The manifest of a new index (see :meth:`Index.create`); refuses chunks the encoder would cut."""
-    identity = encoder.identity.to_dict()
-    settings = vector_settings or VectorSettings()
-    chunking = ChunkSettings(chunk_tokens, chunk_overlap)
-    documents = identity["instruction"] if document_instruction is None else document_instruction
-    check_fits_encoder(chunking, encoder.tokenizer, getattr(encoder, "max_length", None), documents)
-    return Manifest(
-        identity=identity,
-        document_instruction=documents,
-        query_instruction=identity["instruction"] if query_instruction is None else query_instruction,
-        index_type=parse_type(index_type).value,
-        chunk_tokens=chunking.max_tokens,
-        chunk_overlap=chunk_overlap,
-        vector_settings=dict(settings.__dict__),
-    )
+def _new_manifest(encoder: Encoder, options: dict[str, Any]) -> Manifest:
+    """The manifest :meth:`Index.create` would write with ``options``."""
+    options = dict(options)
+    settings = options.pop("vector_settings", None) or VectorSettings()
+    return new_manifest(encoder, **options, vector_settings=dict(settings.__dict__))
 
 
 def _exists_error(directory: Path) -> FileExistsError:

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from magnetsdk.config import atomic_write_text
+from magnetsdk.index.chunking import ChunkSettings, check_fits_encoder
 from magnetsdk.index.errors import IndexCorruptedError, IndexMismatchError, IndexNotFoundError
-from magnetsdk.index.types import INDEX_TYPE_NAMES
+from magnetsdk.index.types import INDEX_TYPE_NAMES, IndexType, parse_type
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
@@ -118,6 +119,32 @@ def _check_types(data: dict[str, Any], path: Path) -> None:
         raise IndexCorruptedError(
             f"{path} is not a valid manifest: " + "; ".join(wrong) + ". Restore it or rebuild the index"
         )
+
+
+def new_manifest(
+    encoder: Any,
+    index_type: IndexType | str = IndexType.EXACT,
+    chunk_tokens: int = 256,
+    chunk_overlap: int = 32,
+    document_instruction: str | None = None,
+    query_instruction: str | None = None,
+    vector_settings: dict[str, Any] | None = None,
+) -> Manifest:
+    """The manifest of a new index for ``encoder`` (see ``Index.create``); refuses chunks longer
+    than the encoder reads (its ``max_length``, when it has one)."""
+    identity = encoder.identity.to_dict()
+    chunking = ChunkSettings(chunk_tokens, chunk_overlap)
+    documents = identity["instruction"] if document_instruction is None else document_instruction
+    check_fits_encoder(chunking, encoder.tokenizer, getattr(encoder, "max_length", None), documents)
+    return Manifest(
+        identity=identity,
+        document_instruction=documents,
+        query_instruction=identity["instruction"] if query_instruction is None else query_instruction,
+        index_type=parse_type(index_type).value,
+        chunk_tokens=chunking.max_tokens,
+        chunk_overlap=chunk_overlap,
+        vector_settings=dict(vector_settings or {}),
+    )
 
 
 def _upgrade(data: dict[str, Any], path: Path) -> dict[str, Any]:
