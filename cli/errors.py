@@ -35,19 +35,24 @@ def index_errors() -> tuple[type[BaseException], ...]:
 def clean_message(message: str, aliases: dict[str, str] | None = None) -> str:
     """``message`` with Python keyword spellings replaced by the current command's flags."""
     message = message.strip().strip("'\"")
-    flags = dict(aliases or {})
+    flags = {name: (flag, None) for name, flag in (aliases or {}).items()}
     context = click.get_current_context(silent=True)
     if context is not None:
         for param in context.command.params:
             long = [o for o in param.opts if o.startswith("--")]
             if isinstance(param, click.Option) and param.name and long:
-                flags.setdefault(param.name, long[0])
+                negative = [o for o in param.secondary_opts if o.startswith("--")]
+                flags.setdefault(param.name, (long[0], negative[0] if negative else None))
 
     def replace(match: re.Match) -> str:
-        flag = flags.get(match.group(1))
-        if flag is None:
+        if match.group(1) not in flags:
             return match.group(0)
-        return flag if match.group(2) == "True" else f"{flag} {match.group(2)}"
+        flag, negative = flags[match.group(1)]
+        if match.group(2) == "True":
+            return flag
+        if match.group(2) == "False":
+            return negative or f"without {flag}"
+        return f"{flag} {match.group(2)}"
 
     return _KEYWORD.sub(replace, message)
 

@@ -206,3 +206,20 @@ def test_train_lists_its_recipes_and_names_a_file_that_is_not_utf8(tmp_path, bas
         "train", "--base-model", base_dir, "--data", str(latin), "--output-dir", str(tmp_path / "out")
     )
     assert result.exit_code == 1 and f"{latin} is not UTF-8 text (line 1" in result.output
+
+
+def test_python_keyword_spellings_become_the_commands_flags():
+    import click
+    from magnetsdk.cli.ask import ask_command
+    from magnetsdk.cli.errors import clean_message
+    from magnetsdk.cli.runtime import generate
+
+    message = "chat=True, but this tokenizer has no chat template; pass chat=False"
+    with click.Context(generate):
+        assert (
+            clean_message(message) == "--chat, but this tokenizer has no chat template; pass without --chat"
+        )
+        assert clean_message("max_new_tokens=0 must be at least 1") == "--max-new-tokens 0 must be at least 1"
+        assert clean_message("'quoted'") == "quoted"
+    with click.Context(ask_command):
+        assert clean_message(message).endswith("pass --plain")
