@@ -114,7 +114,7 @@ def index_command(
             out, magnet, sources.documents, options, batch_size, progress=not quiet, prune=pruner
         )
     except index_errors() as error:
-        raise fail(error, {"index_type": "--type"}) from None
+        raise fail(error) from None
     if report is None:
         return
     summary = {
