@@ -9,6 +9,7 @@ that differ (``gap_marker`` is ``--marker``).
 from __future__ import annotations
 
 import re
+import warnings
 
 import click
 
@@ -60,3 +61,12 @@ def clean_message(message: str, aliases: dict[str, str] | None = None) -> str:
 def fail(error: BaseException | str, aliases: dict[str, str] | None = None) -> click.ClickException:
     """A click error (exit status 1) whose message names flags, not Python arguments."""
     return click.ClickException(clean_message(str(error), aliases))
+
+
+def print_warnings_as_messages() -> None:
+    """Show library warnings as ``warning: ...`` lines on stderr, without Python's source lines."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001
+        click.echo(f"warning: {clean_message(str(message))}", err=True)
+
+    warnings.showwarning = show
