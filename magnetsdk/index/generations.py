@@ -125,6 +125,7 @@ class LiveVectors:
         damaged or out of step with the store (a warning says so)."""
         self.generation = int(self.store.get_state("generation", "0"))
         self.index = None
+        self.dirty = False
         if self.store.chunk_count() == 0:
             return
         self.index, problem = read_committed(self.directory, self.store, self.dim, self.settings)
