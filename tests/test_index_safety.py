@@ -261,7 +261,8 @@ def test_ivfpq_on_a_small_corpus_fails_before_encoding_and_a_retry_works(tmp_pat
         assert index.stats()["index_type"] == "exact" and len(index) == 30
 
 
-def test_a_string_is_not_a_list_of_documents(path, llama_magnet):
+def test_a_string_is_not_a_list_of_documents(path, llama_magnet, monkeypatch):
+    monkeypatch.setattr(Index, "busy_timeout_s", 0.1)
     with Index.open(path, llama_magnet) as index:
         for wrong in ("abc", {"text": "one document"}, Document("x", "one")):
             with pytest.raises(TypeError, match="wrap a single document in a list"):
@@ -269,6 +270,8 @@ def test_a_string_is_not_a_list_of_documents(path, llama_magnet):
         with pytest.raises(TypeError, match="not one string"):
             index.delete("doc-1")
         assert len(index) == 30 and not index.has_unsaved_changes
+        with Index.open(path, llama_magnet) as other:  # bad input did not make `index` the writer
+            assert other.delete(["doc-1"]) == 1
 
 
 def test_k_far_above_the_number_of_chunks_returns_them_all(path, llama_magnet):

@@ -49,7 +49,7 @@ from magnetsdk.index.errors import EmptyIndexError, IndexCorruptedError
 from magnetsdk.index.generations import LiveVectors, remove_stale
 from magnetsdk.index.manifest import MANIFEST_NAME, Manifest, new_manifest
 from magnetsdk.index.pending import PendingVectors, encode_missing
-from magnetsdk.index.planning import Plan, make_plan
+from magnetsdk.index.planning import Plan, check_not_one_document, make_plan
 from magnetsdk.index.search import search_chunks
 from magnetsdk.index.store import STORE_NAME, Store
 from magnetsdk.index.types import IndexType, check_buildable, parse_type, resolve_type
@@ -510,6 +510,7 @@ class Index:
 
     def _add(self, documents, upsert: bool, batch_size: int, progress: bool) -> AddReport:
         started = time.perf_counter()
+        check_not_one_document(documents)  # before taking the write lock
         with self._write_lock:
             self.lock_for_writing()  # before planning: no other writer changes the store meanwhile
             plan = self.plan(documents, upsert=upsert)
