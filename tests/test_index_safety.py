@@ -272,6 +272,7 @@ def test_a_string_is_not_a_list_of_documents(path, llama_magnet, monkeypatch):
         assert len(index) == 30 and not index.has_unsaved_changes
         with Index.open(path, llama_magnet) as other:  # bad input did not make `index` the writer
             assert other.delete(["doc-1"]) == 1
+            other.save()
 
 
 def test_k_far_above_the_number_of_chunks_returns_them_all(path, llama_magnet):
