@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from magnetsdk.cli.index import fail, library_errors
-from magnetsdk.cli.options import model_options, open_magnet, print_jsonl, print_table
+from magnetsdk.cli.errors import fail, index_errors
+from magnetsdk.cli.options import model_options, open_magnet
+from magnetsdk.cli.output import clip, emit, format_option, print_table
 
 
 @click.command("ask")
@@ -32,7 +33,7 @@ from magnetsdk.cli.options import model_options, open_magnet, print_jsonl, print
     help="Frame chunks and question as a chat user message, or as plain text [default: chat when "
     "the tokenizer has a chat template].",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON line per question instead of a table.")
+@format_option("table")
 @model_options
 def ask_command(
     directory,
@@ -43,7 +44,7 @@ def ask_command(
     temperature,
     seed,
     chat,
-    as_json,
+    fmt,
     model,
     adapter,
     device,
@@ -54,7 +55,7 @@ def ask_command(
     from magnetsdk.index.manifest import Manifest
 
     # The index commands' errors, plus a question that is not text or an index with no match.
-    errors = (*library_errors(), LookupError, TypeError)
+    errors = (*index_errors(), LookupError)
     try:
         Manifest.load(directory)  # a missing or damaged index fails before the model loads
     except errors as error:
@@ -78,9 +79,11 @@ def ask_command(
                 )
     except errors as error:
         raise fail(error) from None
-    if as_json:
-        print_jsonl([{"question": q, **a.to_dict()} for q, a in zip(questions, answers, strict=True)])
-        return
+    records = [{"question": q, **a.to_dict()} for q, a in zip(questions, answers, strict=True)]
+    emit(records, fmt, lambda: _print_answers(questions, answers))
+
+
+def _print_answers(questions, answers) -> None:
     for number, (question, answer) in enumerate(zip(questions, answers, strict=True)):
         if number:
             click.echo()
@@ -93,15 +96,9 @@ def ask_command(
             f"{answer.context_tokens} context tokens)"
         )
         rows = [
-            [rank, f"{h.score:.3f}", h.document_id, _clip(h.text, 80)]
-            for rank, h in enumerate(answer.hits, 1)
+            [rank, f"{h.score:.3f}", h.document_id, clip(h.text, 80)] for rank, h in enumerate(answer.hits, 1)
         ]
         print_table(["rank", "score", "document", "chunk"], rows)
-
-
-def _clip(text: str, width: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 COMMANDS = [ask_command]

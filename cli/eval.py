@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from magnetsdk.cli.errors import fail
 from magnetsdk.cli.options import model_options, open_magnet
 
 from magnetsdk.layout import INFILL_LAYOUTS
@@ -38,7 +39,7 @@ def _run(task: str, output: Path | None, evaluate: Callable[[], Any]) -> None:
     try:
         result = evaluate()
     except (ValueError, FileNotFoundError) as error:
-        raise click.ClickException(str(error)) from None
+        raise fail(error) from None
     if output is None:
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
         output = Path("runs") / "eval" / f"{task}-{stamp}.json"
@@ -371,7 +372,7 @@ def compare(
             )
         written = write_comparison(loaded, output, plots=not no_plots)
     except (ValueError, FileNotFoundError) as error:
-        raise click.ClickException(str(error)) from None
+        raise fail(error) from None
     click.echo(comparison_markdown(loaded))
     for path in written:
         click.echo(f"wrote {path}", err=True)

@@ -12,29 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-from magnetsdk.cli.options import model_options, open_magnet, print_jsonl, print_table
+from magnetsdk.cli.errors import fail, index_errors
+from magnetsdk.cli.options import check_device, model_options, open_magnet
+from magnetsdk.cli.output import clip, emit, format_option, print_fields, print_table
 
-# The values of magnetsdk.index.IndexType, spelled out so that `magnet --help` does not import faiss.
-INDEX_TYPES = ["exact", "hnsw", "ivfpq", "auto"]
-
-
-def library_errors() -> tuple[type[BaseException], ...]:
-    from magnetsdk.index import errors
-
-    return (
-        errors.IndexNotFoundError,
-        errors.IndexMismatchError,
-        errors.IndexCorruptedError,
-        errors.IndexBusyError,
-        errors.EmptyIndexError,
-        FileExistsError,
-        FileNotFoundError,
-        ValueError,
-    )
-
-
-def fail(error: BaseException) -> click.ClickException:
-    return click.ClickException(str(error).strip("'\""))
+from magnetsdk.index.types import INDEX_TYPE_NAMES
 
 
 @click.command("index")
@@ -47,7 +29,7 @@ def fail(error: BaseException) -> click.ClickException:
 @click.option(
     "--type",
     "index_type",
-    type=click.Choice(INDEX_TYPES),
+    type=click.Choice(INDEX_TYPE_NAMES),
     default=None,
     help="FAISS index type of a new index [default: exact].",
 )
@@ -71,28 +53,39 @@ def fail(error: BaseException) -> click.ClickException:
     help="The text field of .jsonl and column of .csv files.",
 )
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--prune/--no-prune",
+    default=True,
+    show_default=True,
+    help="Remove documents whose source under PATHS is gone (deleted files, removed records).",
+)
+@click.option(
+    "--follow-links", is_flag=True, help="Read links that lead out of a folder given (skipped by default)."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON line.")
+@format_option("table")
 def index_command(
     paths, out, stats_dir, model, adapter, device, dtype, index_type, chunk_tokens, chunk_overlap,
-    document_instruction, query_instruction, text_field, batch_size, quiet, as_json,
+    document_instruction, query_instruction, text_field, batch_size, prune, follow_links, quiet, fmt,
 ):  # fmt: skip
     """Index txt, md, jsonl and csv files and folders into DIR (--out); re-runs skip unchanged documents.
 
-    Run under `accelerate launch` to encode across processes or GPUs.
+    Documents are named by their file's absolute path, so the same file is never added twice.
+    Re-runs remove documents whose file under PATHS is gone (--no-prune keeps them). Run under
+    `accelerate launch` to encode across processes or GPUs.
     """
     if stats_dir is not None:
         if paths or out:
             raise click.UsageError("--stats DIR takes no PATHS or --out")
-        _print_stats(stats_dir, as_json)
+        _print_stats(stats_dir, fmt)
         return
     if not paths or out is None:
         raise click.UsageError("give PATHS to index and --out DIR (or --stats DIR)")
     from magnetsdk.index.sharding import upsert_sharded, world_size
-    from magnetsdk.index.sources import read_sources
+    from magnetsdk.index.sources import read_sources, stale_documents
 
     try:
-        sources = read_sources(list(paths), text_field=text_field)
+        sources = read_sources(list(paths), text_field=text_field, follow_links=follow_links)
     except FileNotFoundError as error:
         raise fail(error) from None
     main_process = _rank() == 0
@@ -104,6 +97,8 @@ def index_command(
             f"no documents to index in {', '.join(map(str, paths))} ({sources.files} files read, "
             f"{len(sources.skipped)} skipped); give txt, md, jsonl or csv files with text"
         )
+    check_device(device)
+    _check_existing_index(out)
     magnet = open_magnet(model, adapter, _rank_device(device), dtype)
     given = {
         "index_type": index_type,
@@ -113,9 +108,12 @@ def index_command(
         "query_instruction": query_instruction,
     }
     options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    pruner = (lambda index: stale_documents(index.document_sources(), sources)) if prune else None
     try:
-        report = upsert_sharded(out, magnet, sources.documents, options, batch_size, progress=not quiet)
-    except library_errors() as error:
+        report = upsert_sharded(
+            out, magnet, sources.documents, options, batch_size, progress=not quiet, prune=pruner
+        )
+    except index_errors() as error:
         raise fail(error) from None
     if report is None:
         return
@@ -126,15 +124,29 @@ def index_command(
         "skipped": len(sources.skipped),
         **report.to_dict(),
     }
-    if as_json:
-        print_jsonl([summary])
-        return
     share = report.encode_seconds / report.seconds if report.seconds else 0.0
-    click.echo(
-        f"{out}: {report.added} added, {report.updated} re-indexed, {report.unchanged} unchanged, "
-        f"{report.metadata_only} metadata updated; {report.chunks} chunks encoded in {report.seconds:.1f}s "
-        f"({share:.0%} encoding, {world_size()} process(es))"
+    emit(
+        summary,
+        fmt,
+        lambda: click.echo(
+            f"{out}: {report.added} added, {report.updated} re-indexed, {report.unchanged} unchanged, "
+            f"{report.metadata_only} metadata updated, {report.removed} removed (source gone); "
+            f"{report.chunks} chunks encoded in {report.seconds:.1f}s "
+            f"({share:.0%} encoding, {world_size()} process(es))"
+        ),
     )
+
+
+def _check_existing_index(out: Path) -> None:
+    """A damaged existing index is refused before the model loads."""
+    from magnetsdk.index.manifest import Manifest
+
+    if not (out / "manifest.json").is_file():
+        return
+    try:
+        Manifest.load(out)
+    except index_errors() as error:
+        raise fail(error) from None
 
 
 def _rank() -> int:
@@ -154,18 +166,15 @@ def _rank_device(device: str) -> str:
     return f"cuda:{os.environ['LOCAL_RANK']}" if torch.cuda.is_available() else "cpu"
 
 
-def _print_stats(directory: Path, as_json: bool) -> None:
+def _print_stats(directory: Path, fmt: str) -> None:
     from magnetsdk.index import Index
 
     try:
         with Index.open(directory, None) as index:
             facts = index.stats()
-    except library_errors() as error:
+    except index_errors() as error:
         raise fail(error) from None
-    if as_json:
-        print_jsonl([facts])
-        return
-    print_table(["field", "value"], [[k, v] for k, v in facts.items()])
+    emit(facts, fmt, lambda: print_fields(facts))
 
 
 def _parse_filters(filters: tuple[str, ...]) -> dict[str, list[Any]]:
@@ -191,9 +200,9 @@ def _parse_filters(filters: tuple[str, ...]) -> dict[str, list[Any]]:
 @click.argument("queries", nargs=-1, required=True)
 @click.option("-k", "k", default=10, show_default=True, type=click.IntRange(min=1), help="Hits per query.")
 @click.option("--filter", "filters", multiple=True, help="key=value on document metadata (repeat to narrow).")
-@click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table.")
+@format_option("table")
 @model_options
-def search_command(directory, queries, k, filters, as_json, model, adapter, device, dtype):
+def search_command(directory, queries, k, filters, fmt, model, adapter, device, dtype):
     """Search the index in DIRECTORY for each QUERY (the model must be the one that built it)."""
     from magnetsdk.index import Index
     from magnetsdk.index.manifest import Manifest
@@ -201,34 +210,26 @@ def search_command(directory, queries, k, filters, as_json, model, adapter, devi
     where = _parse_filters(filters)
     try:
         Manifest.load(directory)  # a missing or damaged index fails before the model loads
-    except library_errors() as error:
+    except index_errors() as error:
         raise fail(error) from None
     magnet = open_magnet(model, adapter, device, dtype)
     try:
         with Index.open(directory, magnet) as index:
             results = index.search(list(queries), k=k, filter=where or None)
-    except library_errors() as error:
+    except index_errors() as error:
         raise fail(error) from None
     records = [
         {"query": query, "rank": rank, **hit.to_dict()}
         for query, hits in zip(queries, results, strict=True)
         for rank, hit in enumerate(hits, 1)
     ]
-    if as_json:
-        print_jsonl(records)
-        return
     headers = (["query"] if len(queries) > 1 else []) + ["rank", "score", "document", "text"]
     rows = [
         ([r["query"]] if len(queries) > 1 else [])
-        + [r["rank"], f"{r['score']:.3f}", r["document_id"], _clip(r["text"], 90)]
+        + [r["rank"], f"{r['score']:.3f}", r["document_id"], clip(r["text"], 90)]
         for r in records
     ]
-    print_table(headers, rows)
-
-
-def _clip(text: str, width: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    emit(records, fmt, lambda: print_table(headers, rows))
 
 
 COMMANDS = [index_command, search_command]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 from magnetsdk.cli import ask, index, runtime, train, ubmoe
+from magnetsdk.cli.errors import print_warnings_as_messages
 from magnetsdk.cli.eval import eval_group
 
 from magnetsdk import __version__
@@ -22,6 +23,7 @@ cli.add_command(eval_group)
 
 
 def main() -> None:
+    print_warnings_as_messages()
     cli()
 
 

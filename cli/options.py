@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import functools
-import json
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
+from magnetsdk.cli.errors import fail
 
 
 def model_options(command: Callable) -> Callable:
@@ -37,27 +36,23 @@ def model_options(command: Callable) -> Callable:
     return wrapper
 
 
+def check_device(device: str) -> None:
+    """Refuse a device that does not exist here before anything is loaded."""
+    from magnetsdk.loading import pick_device
+
+    try:
+        pick_device(device)
+    except ValueError as error:
+        raise fail(error) from None
+
+
 def open_magnet(model: str | None, adapter: str | None, device: str = "auto", dtype: str = "auto"):
     """Load a :class:`magnetsdk.Magnet`, turning library errors into click errors."""
     from magnetsdk import Magnet
     from magnetsdk.attention import AttentionBackendError
 
+    check_device(device)
     try:
         return Magnet.from_pretrained(model, adapter=adapter, device=device, dtype=dtype)
-    except (FileNotFoundError, ValueError, AttentionBackendError) as error:
-        raise click.ClickException(str(error)) from None
-
-
-def print_jsonl(records: list[dict[str, Any]]) -> None:
-    for record in records:
-        sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
-
-
-def print_table(headers: list[str], rows: list[list[Any]]) -> None:
-    """A plain aligned text table."""
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for index, row in enumerate(cells):
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-        if index == 0:
-            click.echo("  ".join("-" * w for w in widths))
+    except (OSError, ValueError, AttentionBackendError) as error:
+        raise fail(error) from None

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from magnetsdk.cli.errors import fail
 from magnetsdk.cli.inputs import gather_texts
-from magnetsdk.cli.options import model_options, open_magnet, print_jsonl, print_table
+from magnetsdk.cli.options import model_options, open_magnet
+from magnetsdk.cli.output import emit, format_option, print_fields, print_table
 
 _INPUT = click.option(
     "--input",
@@ -16,9 +18,7 @@ _INPUT = click.option(
     default=None,
     help="Read one text per line from FILE (.jsonl: the 'text' field); '-' for stdin.",
 )
-_FORMAT = click.option(
-    "--format", "-f", "fmt", type=click.Choice(["jsonl", "table"]), default="jsonl", show_default=True
-)
+_FORMAT = format_option("jsonl")
 
 
 @click.command()
@@ -62,22 +62,26 @@ def encode(
 
     items = gather_texts(texts, input_file)
     magnet = open_magnet(model, adapter, device, dtype)
-    vectors = magnet.encode(
-        items,
-        instruction=instruction,
-        batch_size=batch_size,
-        normalize=not no_normalize,
-        max_length=max_length,
-        pooling=pooling,
-        echo=echo,
-    )
+    try:
+        vectors = magnet.encode(
+            items,
+            instruction=instruction,
+            batch_size=batch_size,
+            normalize=not no_normalize,
+            max_length=max_length,
+            pooling=pooling,
+            echo=echo,
+        )
+    except (TypeError, ValueError) as error:
+        raise fail(error) from None
     if output is not None:
         tmp = output.with_name(output.name + ".tmp.npy")
         np.save(tmp, vectors)
         tmp.replace(output)
         click.echo(f"wrote {vectors.shape[0]} x {vectors.shape[1]} embeddings to {output}", err=True)
         return
-    if fmt == "table":
+
+    def table() -> None:
         unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         sims = unit @ unit.T
         labels = [f"[{i}] {t[:40]}" for i, t in enumerate(items)]
@@ -85,13 +89,11 @@ def encode(
             ["text", *[f"[{i}]" for i in range(len(items))]],
             [[label, *[f"{s:.3f}" for s in row]] for label, row in zip(labels, sims, strict=True)],
         )
-        return
-    print_jsonl(
-        [
-            {"text": t, "embedding": [round(float(x), 6) for x in v]}
-            for t, v in zip(items, vectors, strict=True)
-        ]
-    )
+
+    records = [
+        {"text": t, "embedding": [round(float(x), 6) for x in v]} for t, v in zip(items, vectors, strict=True)
+    ]
+    emit(records, fmt, table)
 
 
 @click.command()
@@ -141,15 +143,17 @@ def infill(
             top_p=top_p,
             seed=seed,
         )
-    except ValueError as error:
-        raise click.ClickException(str(error)) from None
-    if fmt == "table":
-        print_table(
+    except (TypeError, ValueError) as error:
+        raise fail(error, {"gap_marker": "--marker"}) from None
+    records = [{"input": t, "text": r.text, "spans": r.spans} for t, r in zip(items, results, strict=True)]
+    emit(
+        records,
+        fmt,
+        lambda: print_table(
             ["input", "spans", "filled"],
             [[t, " | ".join(r.spans), r.text] for t, r in zip(items, results, strict=True)],
-        )
-        return
-    print_jsonl([{"input": t, "text": r.text, "spans": r.spans} for t, r in zip(items, results, strict=True)])
+        ),
+    )
 
 
 @click.command()
@@ -195,15 +199,17 @@ def generate(
             seed=seed,
             chat=chat,
         )
-    except ValueError as error:
-        raise click.ClickException(str(error)) from None
-    if fmt == "table":
-        print_table(
+    except (TypeError, ValueError) as error:
+        raise fail(error) from None
+    records = [{"prompt": p, "text": o} for p, o in zip(items, outputs, strict=True)]
+    emit(
+        records,
+        fmt,
+        lambda: print_table(
             ["prompt", "continuation"],
             [[p, o.replace("\n", " ")] for p, o in zip(items, outputs, strict=True)],
-        )
-        return
-    print_jsonl([{"prompt": p, "text": o} for p, o in zip(items, outputs, strict=True)])
+        ),
+    )
 
 
 @click.command()
@@ -213,10 +219,7 @@ def info(model, adapter, device, dtype, fmt):
     """Show the model, device, embedding dimension and which modes it supports."""
     magnet = open_magnet(model, adapter, device, dtype)
     facts = magnet.info()
-    if fmt == "jsonl":
-        print_jsonl([facts])
-        return
-    print_table(["field", "value"], [[k, v] for k, v in facts.items()])
+    emit(facts, fmt, lambda: print_fields(facts))
 
 
 @click.command()
@@ -231,21 +234,24 @@ def explain(texts, input_file, model, adapter, device, dtype, top_k, fmt):
     """Show the tokens the LM head reads from each text's embedding (semantic alignment)."""
     items = gather_texts(texts, input_file)
     magnet = open_magnet(model, adapter, device, dtype)
-    results = magnet.key_tokens(items, k=top_k)
-    if fmt == "table":
-        print_table(
+    try:
+        results = magnet.key_tokens(items, k=top_k)
+    except (TypeError, ValueError) as error:
+        raise fail(error) from None
+    records = [
+        {"text": t, "tokens": [{"token": tok, "p": round(p, 5)} for tok, p in r]}
+        for t, r in zip(items, results, strict=True)
+    ]
+    emit(
+        records,
+        fmt,
+        lambda: print_table(
             ["text", "key tokens"],
             [
                 [t[:50], ", ".join(f"{tok.strip() or repr(tok)} {p:.2f}" for tok, p in r)]
                 for t, r in zip(items, results, strict=True)
             ],
-        )
-        return
-    print_jsonl(
-        [
-            {"text": t, "tokens": [{"token": tok, "p": round(p, 5)} for tok, p in r]}
-            for t, r in zip(items, results, strict=True)
-        ]
+        ),
     )
 
 
@@ -260,7 +266,7 @@ def explain(texts, input_file, model, adapter, device, dtype, top_k, fmt):
     "-o",
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Directory for the model with its stored shift (Magnet.save: merged weights).",
+    help="A new (or empty) directory for the model with its stored shift (merged weights).",
 )
 def shift(texts, input_file, model, adapter, device, dtype, mode, weight, output):
     """Fit the first principal component of the embeddings of TEXTS and save the model with it.
@@ -269,12 +275,19 @@ def shift(texts, input_file, model, adapter, device, dtype, mode, weight, output
     sentence-transformers. Fit on a sample of the texts you will embed, not on evaluation data.
     """
     items = gather_texts(texts, input_file)
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        # Saving replaces a model directory whole: never over a folder that may hold a training run,
+        # checkpoints or anything else this command did not write.
+        raise click.ClickException(
+            f"{output} already exists and is not empty; shift writes a new model directory and never "
+            "replaces files it did not write: give a new or empty -o/--output directory"
+        )
     magnet = open_magnet(model, adapter, device, dtype)
     try:
         fitted = magnet.fit_principal_component(items, mode, weight)
         magnet.save(output)
     except (ValueError, FileExistsError) as error:
-        raise click.ClickException(str(error)) from None
+        raise fail(error) from None
     click.echo(f"fitted {fitted.describe()} on {len(items)} texts; saved {output}", err=True)
 
 

@@ -9,7 +9,6 @@ Every field of :class:`magnetsdk.train.config.TrainConfig` is a flag (``max_step
 
 from __future__ import annotations
 
-import json
 import typing
 from collections.abc import Callable
 from dataclasses import MISSING, fields
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+from magnetsdk.cli.errors import fail
+from magnetsdk.cli.output import emit, format_option, print_fields
 
 
 def _config_options(command: Callable) -> Callable:
@@ -46,6 +47,10 @@ def _config_options(command: Callable) -> Callable:
         elif base is bool:
             negative = "--no-" + item.name.replace("_", "-")
             option = click.option(f"{flag}/{negative}", item.name, default=None, help=help_text)
+        elif item.name == "recipe":
+            option = click.option(
+                flag, item.name, type=click.Choice(sorted(RECIPES)), default=None, help=help_text
+            )
         elif isinstance(base, type) and issubclass(base, Enum):
             choices = click.Choice([m.value for m in base])
             option = click.option(flag, item.name, type=choices, default=None, help=help_text)
@@ -64,8 +69,9 @@ def _config_options(command: Callable) -> Callable:
     help="A TOML (or YAML) file of TrainConfig settings.",
 )
 @click.option("--resume", is_flag=True, help="Continue from the latest checkpoint in --output-dir.")
+@format_option("jsonl")
 @_config_options
-def train_command(config_file: Path | None, resume: bool, **overrides: Any) -> None:
+def train_command(config_file: Path | None, resume: bool, fmt: str, **overrides: Any) -> None:
     """Adapt a decoder with MAGNET (or another recipe) and write the adapted model to --output-dir."""
     from magnetsdk.train.config import TrainConfig
     from magnetsdk.train.trainer import NonFiniteLossError, train
@@ -76,9 +82,10 @@ def train_command(config_file: Path | None, resume: bool, **overrides: Any) -> N
         given["lora_target_modules"] = "all-linear"
     try:
         config = TrainConfig.load(config_file, given)
+        _check_utf8(config.data)
         result = train(config, resume=resume)
     except (ValueError, FileNotFoundError, FileExistsError, NonFiniteLossError) as error:
-        raise click.ClickException(str(error)) from None
+        raise fail(error) from None
     if not result.main_process:
         return
     # The adapted directory is also a sentence-transformers model (MagnetModule in modules.json);
@@ -93,7 +100,24 @@ def train_command(config_file: Path | None, resume: bool, **overrides: Any) -> N
         "tokens_per_s": round(result.tokens_per_s, 1),
         "wall_s": round(result.wall_s, 1),
     }
-    click.echo(json.dumps(summary))
+    emit(summary, fmt, lambda: print_fields(summary))
+
+
+def _check_utf8(paths: list[str]) -> None:
+    """Name a training file that is not UTF-8 text before the model loads."""
+    for name in paths:
+        path = Path(name)
+        if not path.is_file():
+            continue  # the trainer reports missing files
+        with open(path, "rb") as handle:
+            for number, line in enumerate(handle, 1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise click.ClickException(
+                        f"{path} is not UTF-8 text (line {number}, byte {error.start}); convert it to "
+                        "UTF-8 first, e.g. `iconv -f latin1 -t utf-8`"
+                    ) from None
 
 
 COMMANDS = [train_command]

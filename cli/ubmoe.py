@@ -9,10 +9,11 @@ writes a mixture directory that every ``--model`` option (and ``Magnet.from_pret
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
+from magnetsdk.cli.errors import fail
+from magnetsdk.cli.output import emit, format_option, print_fields
 
 
 @click.command("ubmoe")
@@ -43,7 +44,8 @@ import click
 @click.option("--device", default="auto", show_default=True)
 @click.option("--save-every", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--resume", is_flag=True, help="Continue from the latest checkpoint in --output-dir.")
-def ubmoe_command(bi_model: Path, data: tuple[str, ...], resume: bool, **settings) -> None:
+@format_option("jsonl")
+def ubmoe_command(bi_model: Path, data: tuple[str, ...], resume: bool, fmt: str, **settings) -> None:
     """Train the per-layer gates between the original and the stage-1 (bidirectional) FFNs."""
     from magnetsdk.train.ubmoe import UBMoEConfig, train_gates
 
@@ -51,7 +53,7 @@ def ubmoe_command(bi_model: Path, data: tuple[str, ...], resume: bool, **setting
         config = UBMoEConfig(bi_model=str(bi_model), data=list(data), **settings)
         result = train_gates(config, resume=resume)
     except (ValueError, FileNotFoundError, FileExistsError, FloatingPointError) as error:
-        raise click.ClickException(str(error)) from None
+        raise fail(error) from None
     from magnetsdk.integrations.sentence_transformers import write_sentence_transformers_files
 
     write_sentence_transformers_files(result.output_dir)
@@ -63,7 +65,7 @@ def ubmoe_command(bi_model: Path, data: tuple[str, ...], resume: bool, **setting
         "bidirectional_share": round(sum(result.bidirectional_share) / len(result.bidirectional_share), 4),
         "wall_s": round(result.wall_s, 1),
     }
-    click.echo(json.dumps(summary))
+    emit(summary, fmt, lambda: print_fields(summary))
 
 
 COMMANDS = [ubmoe_command]

@@ -55,6 +55,27 @@ class ModelNotFoundError(FileNotFoundError):
     """No model could be found under the given name; the message lists what was tried."""
 
 
+class InvalidModelError(ValueError):
+    """A model directory was found but cannot be loaded (bad config.json, pickle-only weights)."""
+
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def _refuse_pickle_only(directory: Path) -> None:
+    """Refuse a directory whose weights are pickle files only: loading one can run code."""
+    if not directory.is_dir() or any(directory.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise InvalidModelError(
+            f"{directory} holds only pickle checkpoints ({', '.join(pickles)}); magnetsdk loads "
+            "safetensors weights only, because loading a pickle can run code. Convert it once with "
+            "transformers: AutoModelForCausalLM.from_pretrained(DIR).save_pretrained(DIR) writes "
+            "model.safetensors"
+        )
+
+
 def magnet_home() -> Path:
     return Path(os.environ.get("MAGNET_HOME") or Path.home() / ".cache" / "magnetsdk")
 
@@ -185,9 +206,27 @@ def _resolve_directory(path: Path) -> Resolved:
 
 
 def pick_device(device: str | torch.device) -> torch.device:
+    """The device for ``device`` (``auto``: CUDA when present); one that is not a device, or not
+    on this machine, is a ``ValueError`` saying so (callers check it before loading anything)."""
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={device!r} is not a device; use auto, cpu, cuda, cuda:N or mps") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} asks for CUDA, which this machine does not have (torch {torch.__version__}, "
+            f"CUDA build: {torch.version.cuda or 'none'}); use cpu or auto"
+        )
+    if chosen.type == "cuda" and chosen.index is not None and chosen.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+            f"cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+        )
+    if chosen.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device!r}: MPS is not available on this machine; use cpu or auto")
+    return chosen
 
 
 def pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
@@ -237,17 +276,32 @@ def load_model_and_tokenizer(
     tokenizer_source = resolved.base
     if resolved.adapter is not None and (resolved.adapter / "tokenizer_config.json").is_file():
         tokenizer_source = str(resolved.adapter)  # training added tokens: the adapter carries the tokenizer
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    from huggingface_hub.errors import StrictDataclassError
+
+    _refuse_pickle_only(Path(resolved.base))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+        # is_causal=True: the model's own path (causal encode, generate) stays causal even when the
+        # directory's config.json says is_causal=false for sentence-transformers and vLLM.
+        model_config = AutoConfig.from_pretrained(resolved.base)
+        model_config.is_causal = True
+        model = AutoModelForCausalLM.from_pretrained(
+            resolved.base,
+            config=model_config,
+            dtype=dtype,
+            attn_implementation=attn_implementation,
+            use_safetensors=True,
+        )
+    except (OSError, ValueError, TypeError, KeyError, StrictDataclassError) as error:
+        # A config.json that is not JSON, has a field of the wrong type or no model_type, or files
+        # missing: name the model directory and what was wrong, not only the exception type.
+        raise InvalidModelError(
+            f"cannot load the model at {resolved.base}: {str(error).strip()}. Check its config.json "
+            "and weights, or re-save it with save_pretrained()"
+        ) from error
     manifest = read_manifest(tokenizer_source) if Path(tokenizer_source).is_dir() else None
     if manifest is not None and manifest.tokenizer_appends_eos:
         restore_post_processor(tokenizer, manifest.tokenizer_post_processor)
-    # is_causal=True: the model's own path (causal encode, generate) stays causal even when the
-    # directory's config.json says is_causal=false for sentence-transformers and vLLM.
-    model_config = AutoConfig.from_pretrained(resolved.base)
-    model_config.is_causal = True
-    model = AutoModelForCausalLM.from_pretrained(
-        resolved.base, config=model_config, dtype=dtype, attn_implementation=attn_implementation
-    )
     if resolved.adapter is not None and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tokenizer))
     if resolved.adapter is not None and apply_adapter:

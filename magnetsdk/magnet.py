@@ -19,6 +19,7 @@ import torch
 from magnetsdk.alignment import PrincipalShift, ShiftMode, key_tokens
 from magnetsdk.answering import Answer, AnswerSettings, ContextCache, answer_from_hits, check_question
 from magnetsdk.attention import AttentionMode
+from magnetsdk.checks import check_max_length, check_temperature, check_texts, truncate_prompts
 from magnetsdk.config import MagnetConfig, Pooling, choice
 from magnetsdk.decoding import Sampling, check_decoding
 from magnetsdk.encoding import embed, prepare, special_prefix
@@ -210,6 +211,11 @@ class Magnet:
         return int(self.model.config.hidden_size)
 
     @property
+    def max_length(self) -> int:
+        """The most tokens :meth:`encode` reads per text by default (instruction included)."""
+        return int(self.config.max_length)
+
+    @property
     def identity(self) -> ModelIdentity:
         return ModelIdentity(
             model=self.name,
@@ -270,10 +276,7 @@ class Magnet:
         normalisation unless ``principal_shift=False``.
         """
         single = isinstance(texts, str)
-        batch = [texts] if single else list(texts)
-        for i, text in enumerate(batch):
-            if not isinstance(text, str):
-                raise TypeError(f"texts[{i}] is {type(text).__name__}, expected str")
+        batch, max_length = check_texts(texts, "texts"), check_max_length(max_length)
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1")
         if not batch:
@@ -372,7 +375,8 @@ class Magnet:
             if left is not None or right is not None:
                 raise ValueError("pass either text or left/right, not both")
             single = isinstance(text, str)
-            texts = [text] if single else list(text)
+            texts = check_texts(text, "text")
+        check_temperature(temperature)
         check_decoding(max_new_tokens, temperature, top_p)
         sampling = Sampling(temperature, top_p, repetition_penalty, seed)
         chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
@@ -429,17 +433,25 @@ class Magnet:
         ``chat=True`` wraps the prompt in the tokenizer's chat template as a user message;
         ``min_new_tokens`` holds back the end-of-sequence token until that many tokens exist.
         """
+        check_temperature(temperature)
         settings = GenerationSettings(
             max_new_tokens, temperature, top_p, repetition_penalty, seed, chat, min_new_tokens
         )
         single = isinstance(prompt, str)
-        prompts = [prompt] if single else list(prompt)
+        prompts = truncate_prompts(
+            check_texts(prompt, "prompt"), self.tokenizer, self._prompt_limit(max_new_tokens)
+        )
         outputs: list[str] = []
         with self._lock, torch.inference_mode():
             for start in range(0, len(prompts), batch_size):
                 batch = prompts[start : start + batch_size]
                 outputs.extend(generate_texts(self.model, self.tokenizer, batch, settings, first_row=start))
         return outputs[0] if single else outputs
+
+    def _prompt_limit(self, max_new_tokens: int) -> int:
+        """The most prompt tokens generate keeps: the model's positions less the new tokens."""
+        positions = getattr(self.model.config, "max_position_embeddings", None) or 1_000_000
+        return max(1, int(positions) - max_new_tokens - 8)  # 8: chat template and special tokens
 
     # ------------------------------------------------------------------ answer
 

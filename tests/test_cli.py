@@ -113,3 +113,113 @@ def test_shift_fits_and_saves_a_model_that_applies_it(model_dir, tmp_path):
     raw = plain.encode(["the cat"], normalize=False)
     expected = raw + 2.0 * saved.principal_shift.component
     np.testing.assert_allclose(saved.encode(["the cat"], normalize=False), expected, atol=1e-4)
+
+
+# ---------------------------------------------------------------------- errors a person can act on
+
+
+@pytest.mark.parametrize("command", ["encode", "infill", "generate", "explain"])
+def test_empty_input_is_reported_before_the_model_loads(command, tmp_path):
+    nowhere = str(tmp_path / "no-model")  # loading it would fail: the input check comes first
+    piped = run(command, "--model", nowhere, input="")
+    assert piped.exit_code == 1 and "no input: standard input holds no" in piped.output
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n", encoding="utf-8")
+    from_file = run(command, "--model", nowhere, "--input", str(blank))
+    assert from_file.exit_code == 1 and f"no input: {blank} holds no" in from_file.output
+
+
+def test_devices_that_do_not_exist_are_refused_before_loading(tmp_path):
+    nowhere = str(tmp_path / "no-model")
+    banana = run("info", "--model", nowhere, "--device", "banana")
+    assert banana.exit_code == 1 and "--device 'banana' is not a device" in banana.output
+    if not __import__("torch").cuda.is_available():
+        cuda = run("info", "--model", nowhere, "--device", "cuda")
+        assert cuda.exit_code == 1 and "asks for CUDA, which this machine does not have" in cuda.output
+
+
+def test_broken_model_directories_are_named(model_dir, tmp_path):
+    import shutil
+
+    import torch
+
+    bad_json = tmp_path / "bad-json"
+    shutil.copytree(model_dir, bad_json)
+    (bad_json / "config.json").write_text("{broken")
+    result = run("info", "--model", str(bad_json))
+    assert result.exit_code == 1 and f"cannot load the model at {bad_json}" in result.output
+    bad_type = tmp_path / "bad-type"
+    shutil.copytree(model_dir, bad_type)
+    config = json.loads((bad_type / "config.json").read_text())
+    config["hidden_size"] = "big"
+    (bad_type / "config.json").write_text(json.dumps(config))
+    result = run("info", "--model", str(bad_type))
+    assert result.exit_code == 1 and "hidden_size" in result.output and "Traceback" not in result.output
+    pickled = tmp_path / "pickled"
+    shutil.copytree(model_dir, pickled)
+    weights = __import__("safetensors.torch", fromlist=["load_file"]).load_file(pickled / "model.safetensors")
+    (pickled / "model.safetensors").unlink()
+    torch.save(weights, pickled / "pytorch_model.bin")
+    result = run("info", "--model", str(pickled))
+    assert result.exit_code == 1 and "only pickle checkpoints (pytorch_model.bin)" in result.output
+    assert "safetensors weights only" in result.output
+
+
+def test_a_csv_input_is_read_by_its_text_column(model_dir, tmp_path):
+    table = tmp_path / "texts.csv"
+    table.write_text("id,text\n1,the cat\n2,a dog\n", encoding="utf-8")
+    result = run("encode", "--model", model_dir, "--input", str(table))
+    assert result.exit_code == 0, result.output
+    assert [json.loads(x)["text"] for x in result.stdout.splitlines()] == ["the cat", "a dog"]
+    no_column = tmp_path / "other.csv"
+    no_column.write_text("a,b\n1,2\n", encoding="utf-8")
+    result = run("encode", "--model", model_dir, "--input", str(no_column))
+    assert result.exit_code == 1 and "has no 'text' column" in result.output
+
+
+def test_messages_name_flags_not_python_arguments(model_dir):
+    no_gap = run("infill", "--model", model_dir, "no gap here")
+    assert no_gap.exit_code == 1 and "--marker" in no_gap.output and "--left ... and --right" in no_gap.output
+    assert "gap_marker=" not in no_gap.output and "left=" not in no_gap.output
+
+
+def test_shift_never_replaces_a_folder_it_did_not_write(model_dir, tmp_path):
+    run_dir = tmp_path / "training-run"
+    (run_dir / "checkpoints" / "step-10").mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    (run_dir / "magnet_config.json").write_text("{}")  # looks like a model directory
+    result = run("shift", "--model", model_dir, "-o", str(run_dir), "one text", "another text")
+    assert result.exit_code == 1 and "is not empty" in result.output
+    assert (run_dir / "metrics.jsonl").is_file() and (run_dir / "checkpoints" / "step-10").is_dir()
+
+
+def test_train_lists_its_recipes_and_names_a_file_that_is_not_utf8(tmp_path, base_dir):
+    from magnetsdk.train.recipes import RECIPES
+
+    help_text = " ".join(run("train", "--help").output.split())
+    assert "--recipe [" + "|".join(sorted(RECIPES)) + "]" in help_text
+    wrong = run("train", "--recipe", "nope", "--base-model", base_dir)
+    assert wrong.exit_code == 2 and "'nope' is not one of" in wrong.output
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    result = run(
+        "train", "--base-model", base_dir, "--data", str(latin), "--output-dir", str(tmp_path / "out")
+    )
+    assert result.exit_code == 1 and f"{latin} is not UTF-8 text (line 1" in result.output
+
+
+def test_python_keyword_spellings_become_the_commands_flags():
+    import click
+    from magnetsdk.cli.ask import ask_command
+    from magnetsdk.cli.errors import clean_message
+    from magnetsdk.cli.runtime import generate
+
+    message = "chat=True, but this tokenizer has no chat template; pass chat=False"
+    with click.Context(generate):
+        assert (
+            clean_message(message) == "--chat, but this tokenizer has no chat template; pass without --chat"
+        )
+        assert clean_message("max_new_tokens=0 must be at least 1") == "--max-new-tokens 0 must be at least 1"
+        assert clean_message("'quoted'") == "quoted"
+    with click.Context(ask_command):
+        assert clean_message(message).endswith("pass --plain")

@@ -236,7 +236,10 @@ def test_a_second_writer_is_told_the_index_is_busy(index, llama_magnet, monkeypa
     index.delete(["doc-0"])  # holds the write transaction until save()
     with Index.open(index.directory, llama_magnet) as other:
         assert len(other) == 30  # readers see the last saved state meanwhile
-        with pytest.raises(IndexBusyError, match="another process is writing"):
+        with (
+            pytest.warns(UserWarning, match="waiting up to 0.2s for another writer"),
+            pytest.raises(IndexBusyError, match=r"another writer \(this process\) is writing"),
+        ):
             other.delete(["doc-1"])
     index.save()
     with Index.open(index.directory, llama_magnet) as other:

@@ -62,3 +62,18 @@ def chunk_text(text: str, tokenizer, settings: ChunkSettings) -> list[Chunk]:
         if last == len(offsets) - 1:
             break
     return chunks
+
+
+def check_fits_encoder(settings: ChunkSettings, tokenizer, max_length: int | None, instruction: str) -> None:
+    """Refuse chunks longer than the encoder reads: ``max_length`` tokens hold the instruction,
+    special tokens (at most 3: BOS, EOS and the space before the text) and the chunk."""
+    if max_length is None:
+        return
+    used = len(tokenizer(instruction, add_special_tokens=False)["input_ids"]) if instruction else 0
+    room = max_length - used - 3
+    if settings.max_tokens > room:
+        raise ValueError(
+            f"chunk_tokens={settings.max_tokens} is more than the model encodes: its max_length "
+            f"{max_length} leaves {room} tokens for a chunk after the {used}-token instruction, so "
+            f"longer chunks would be cut silently. Use chunk_tokens (--chunk-tokens) of at most {room}"
+        )

@@ -83,6 +83,7 @@ class AddReport:
     updated: int = 0  # re-encoded because the text changed
     unchanged: int = 0  # same content hash: skipped
     metadata_only: int = 0  # same text, new metadata: stored without re-encoding
+    removed: int = 0  # deleted because their source is gone (magnet index's pruning)
     chunks: int = 0  # chunks encoded
     encode_seconds: float = 0.0
     seconds: float = 0.0

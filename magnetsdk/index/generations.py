@@ -1,21 +1,30 @@
-"""FAISS files as numbered generations beside the store: written, read back, rebuilt, cleaned up.
+"""The FAISS index of an index directory: in memory (:class:`LiveVectors`) and as numbered
+generation files beside the store, written, read back, rebuilt and cleaned up.
 
 A generation's file is written under a temporary name, fsynced and renamed to
 ``vectors-NNNNNN.faiss``; the store's ``state`` table names the generation that matches its
-committed rows (the commit itself is :meth:`magnetsdk.index.Index.save`'s job). A file that is
-missing, unreadable or out of step with the store is never trusted: the index is rebuilt from the
-vectors kept in the store.
+committed rows and the SHA-256 of the file's sorted id list (the commit itself is
+:meth:`magnetsdk.index.Index.save`'s job). A file that is missing, unreadable or out of step with
+the store (another count, dimension, or id list: the same count of different chunks is caught
+too) is never trusted: the index is rebuilt from the vectors kept in the store.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from magnetsdk.index.store import Store
 from magnetsdk.index.vectors import IndexType, VectorIndex, VectorSettings, resolve_type
+
+
+def ids_checksum(ids: np.ndarray) -> str:
+    """SHA-256 of an id list, sorted (the order FAISS keeps ids in does not matter)."""
+    return hashlib.sha256(np.sort(np.asarray(ids, dtype="<i8")).tobytes()).hexdigest()
 
 
 def file_name(generation: int) -> str:
@@ -65,6 +74,10 @@ def read_committed(
             None,
             f"{path} holds {loaded.size} vectors of dimension {loaded.dimension} for {count} stored chunks of {dim}",
         )
+    in_file = ids_checksum(loaded.ids())
+    recorded = store.get_state("faiss_ids_sha256")
+    if in_file != ids_checksum(store.chunk_ids()) or (recorded and recorded != in_file):
+        return None, f"{path} holds the ids of other chunks than the {count} stored ones"
     return loaded, None
 
 
@@ -86,3 +99,84 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class LiveVectors:
+    """The FAISS index an open :class:`~magnetsdk.index.Index` searches, and the committed
+    generation it was read from; changed in memory, written as a new generation by :meth:`stage`."""
+
+    def __init__(self, directory: Path, store: Store, dim: int, settings: VectorSettings) -> None:
+        self.directory = directory
+        self.store = store
+        self.dim = dim
+        self.settings = settings
+        self.index: VectorIndex | None = None
+        self.dirty = False  # differs from the committed file
+        self.generation = 0  # the committed generation this was read from
+        self._staged: int | None = None
+
+    @property
+    def behind(self) -> bool:
+        """Whether another writer committed a generation since this one was read."""
+        return int(self.store.get_state("generation", "0")) != self.generation
+
+    def load(self, requested: IndexType | str) -> None:
+        """Read the committed FAISS file, or rebuild from the stored vectors when it is missing,
+        damaged or out of step with the store (a warning says so)."""
+        self.generation = int(self.store.get_state("generation", "0"))
+        self.index = None
+        self.dirty = False
+        if self.store.chunk_count() == 0:
+            return
+        self.index, problem = read_committed(self.directory, self.store, self.dim, self.settings)
+        if self.index is None:
+            warnings.warn(f"the FAISS file {problem}; rebuilding it from the stored vectors", stacklevel=4)
+            self.rebuild(requested)
+            self.dirty = True
+
+    def rebuild(self, requested: IndexType | str) -> None:
+        """A new index of every stored vector (None when there are none); raises if it cannot be built."""
+        self.index = build_from_store(self.store, self.dim, requested, self.settings)
+
+    def update(
+        self, removed: np.ndarray, ids: np.ndarray, vectors: np.ndarray | None, requested: IndexType | str
+    ) -> None:
+        if self.index is None or (len(removed) and not self.index.supports_remove):
+            self.rebuild(requested)  # HNSW cannot delete: rebuild from the store
+        else:
+            if len(removed):
+                self.index.remove(removed)
+            if vectors is not None:
+                self.index.add(ids, vectors)
+        self.dirty = True
+
+    def refresh_type(self, requested: IndexType | str) -> None:
+        """Under ``auto``, switch type when the corpus has grown (or shrunk) past a boundary."""
+        if (
+            self.index is not None
+            and resolve_type(requested, self.store.chunk_count()) is not self.index.kind
+        ):
+            self.rebuild(requested)
+            self.dirty = True
+
+    def stage(self) -> str:
+        """Inside the store's open transaction: write a new generation file if anything changed and
+        record it (name, type, id checksum); return the file name the committed state names."""
+        if not self.dirty:
+            return self.store.get_state("faiss_file")
+        generation = int(self.store.get_state("generation", "0")) + 1
+        name = write_generation(self.directory, self.index, generation) if self.index is not None else ""
+        self.store.set_state(
+            faiss_file=name,
+            generation=str(generation),
+            index_type_in_use=self.index.kind.value if self.index is not None else "",
+            faiss_ids_sha256=ids_checksum(self.index.ids()) if self.index is not None else "",
+        )
+        self._staged = generation
+        return name
+
+    def committed(self) -> None:
+        """The store committed what :meth:`stage` recorded."""
+        if self._staged is not None:
+            self.generation, self._staged = self._staged, None
+        self.dirty = False

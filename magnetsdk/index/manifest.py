@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from magnetsdk.config import atomic_write_text
+from magnetsdk.index.chunking import ChunkSettings, check_fits_encoder
 from magnetsdk.index.errors import IndexCorruptedError, IndexMismatchError, IndexNotFoundError
+from magnetsdk.index.types import INDEX_TYPE_NAMES, IndexType, parse_type
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
@@ -73,6 +75,7 @@ class Manifest:
         missing = sorted(required - set(data))
         if missing or not isinstance(data.get("identity"), dict):
             raise IndexCorruptedError(f"{path} lacks {missing or ['identity']}; rebuild the index")
+        _check_types(data, path)
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def check_identity(self, current: dict[str, Any], directory: Path) -> None:
@@ -89,6 +92,64 @@ class Manifest:
                 + "; ".join(differences)
                 + ". Open it with the model it was built with, or build a new index."
             )
+
+
+# The JSON type each field must have; a hand-edited manifest with another one is refused by name.
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "document_instruction": str,
+    "query_instruction": str,
+    "index_type": str,
+    "chunk_tokens": int,
+    "chunk_overlap": int,
+    "vector_settings": dict,
+    "normalized": bool,
+}
+
+
+def _check_types(data: dict[str, Any], path: Path) -> None:
+    wrong = [
+        f"{key} is {type(data[key]).__name__} {data[key]!r}, expected {expected.__name__}"
+        for key, expected in _TYPES.items()
+        if key in data
+        and (not isinstance(data[key], expected) or (expected is int and isinstance(data[key], bool)))
+    ]
+    identity = data["identity"]
+    if not isinstance(identity.get("dimension"), int) or isinstance(identity.get("dimension"), bool):
+        wrong.append(f"identity.dimension is {identity.get('dimension')!r}, expected an integer")
+    if not isinstance(identity.get("model"), str):
+        wrong.append(f"identity.model is {identity.get('model')!r}, expected a string")
+    if isinstance(data.get("index_type"), str) and data["index_type"] not in INDEX_TYPE_NAMES:
+        wrong.append(f"index_type {data['index_type']!r} is not one of {INDEX_TYPE_NAMES}")
+    if wrong:
+        raise IndexCorruptedError(
+            f"{path} is not a valid manifest: " + "; ".join(wrong) + ". Restore it or rebuild the index"
+        )
+
+
+def new_manifest(
+    encoder: Any,
+    index_type: IndexType | str = IndexType.EXACT,
+    chunk_tokens: int = 256,
+    chunk_overlap: int = 32,
+    document_instruction: str | None = None,
+    query_instruction: str | None = None,
+    vector_settings: dict[str, Any] | None = None,
+) -> Manifest:
+    """The manifest of a new index for ``encoder`` (see ``Index.create``); refuses chunks longer
+    than the encoder reads (its ``max_length``, when it has one)."""
+    identity = encoder.identity.to_dict()
+    chunking = ChunkSettings(chunk_tokens, chunk_overlap)
+    documents = identity["instruction"] if document_instruction is None else document_instruction
+    check_fits_encoder(chunking, encoder.tokenizer, getattr(encoder, "max_length", None), documents)
+    return Manifest(
+        identity=identity,
+        document_instruction=documents,
+        query_instruction=identity["instruction"] if query_instruction is None else query_instruction,
+        index_type=parse_type(index_type).value,
+        chunk_tokens=chunking.max_tokens,
+        chunk_overlap=chunk_overlap,
+        vector_settings=dict(vector_settings or {}),
+    )
 
 
 def _upgrade(data: dict[str, Any], path: Path) -> dict[str, Any]:

@@ -35,6 +35,16 @@ class Plan:
         return not (self.new or self.changed or self.metadata_only)
 
 
+def check_not_one_document(documents: Any) -> None:
+    """A string (or one Document or dict) where a list of documents belongs is an error, not a
+    list of one-character documents."""
+    if isinstance(documents, (str, bytes, dict, Document)):
+        raise TypeError(
+            f"documents must be a list (or other iterable) of documents, not one {type(documents).__name__}; "
+            "wrap a single document in a list: index.add([text])"
+        )
+
+
 def make_plan(
     documents: Iterable[Document | str | dict[str, Any]],
     store: Store,
@@ -44,6 +54,7 @@ def make_plan(
 ) -> Plan:
     """Sort ``documents`` into a :class:`Plan`; raise on duplicates, empty texts, or (unless ``upsert``)
     ids that are already stored."""
+    check_not_one_document(documents)
     docs = [Document.coerce(d) for d in documents]
     if not docs:
         raise ValueError("no documents given: the corpus is empty")

@@ -6,6 +6,10 @@ writer works. Changes accumulate in one write transaction that :meth:`Store.comm
 transaction, so the documents and the pointer to their vectors change together or not at all.
 Chunk vectors are stored here too (float32 bytes): FAISS files are derived data that can always be
 rebuilt from the store (after a delete in an HNSW graph, a change of index type, or a lost file).
+
+The schema has a version (SQLite's ``user_version``, :data:`SCHEMA_VERSION`); :func:`_upgrade`
+is the one place that brings an older store up to it, and a newer one is refused. One connection
+may be used from several threads (the owning :class:`~magnetsdk.index.Index` serialises calls).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import numpy as np
 from magnetsdk.index.errors import IndexBusyError, IndexCorruptedError
 
 STORE_NAME = "store.sqlite"
+# 0: stores written before the schema had a version (the same tables); 1: versioned.
+SCHEMA_VERSION = 1
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -55,7 +61,7 @@ class ChunkRow:
 
 
 class Store:
-    """One connection to ``store.sqlite``; not shared between threads."""
+    """One connection to ``store.sqlite``; callers serialise its use across threads."""
 
     def __init__(self, path: Path, create: bool = False, busy_timeout_s: float = 10.0) -> None:
         if not create and not path.is_file():
@@ -65,17 +71,29 @@ class Store:
         self.path = path
         self.closed = False
         try:
-            self.conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
+            self.conn = sqlite3.connect(
+                path, isolation_level=None, timeout=busy_timeout_s, check_same_thread=False
+            )
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=FULL")
             self.conn.execute("PRAGMA foreign_keys=ON")
             if create:
                 self.conn.executescript(_SCHEMA)
+                self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self.conn.execute("SELECT count(*) FROM state").fetchone()
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         except sqlite3.DatabaseError as error:
             raise IndexCorruptedError(
                 f"{path} is not a readable index store ({error}); restore it or rebuild the index"
             ) from None
+        if version > SCHEMA_VERSION:
+            self.conn.close()
+            raise IndexCorruptedError(
+                f"{path} has schema version {version}; this magnetsdk reads up to {SCHEMA_VERSION}: "
+                "upgrade magnetsdk to open this index"
+            )
+        if version < SCHEMA_VERSION:
+            _upgrade(self.conn, version)
 
     # ------------------------------------------------------------------ transactions
 
@@ -141,8 +159,27 @@ class Store:
     def document_count(self) -> int:
         return self.conn.execute("SELECT count(*) FROM documents").fetchone()[0]
 
-    def chunk_count(self) -> int:
-        return self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    def chunk_count(self, doc_ids: list[str] | None = None) -> int:
+        """Stored chunks, all of them or those of ``doc_ids``."""
+        if doc_ids is None:
+            return self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        count = 0
+        for start in range(0, len(doc_ids), 500):
+            part = doc_ids[start : start + 500]
+            count += self.conn.execute(
+                f"SELECT count(*) FROM chunks WHERE doc_id IN ({','.join('?' * len(part))})", part
+            ).fetchone()[0]
+        return count
+
+    def chunk_ids(self) -> np.ndarray:
+        """Every stored chunk id, ascending (int64)."""
+        rows = self.conn.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchall()
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
+    def document_sources(self) -> dict[str, str | None]:
+        """``doc_id -> metadata["path"]`` (None when a document has no path) for every document."""
+        rows = self.conn.execute("SELECT doc_id, json_extract(metadata, '$.path') FROM documents")
+        return {doc_id: path if isinstance(path, str) else None for doc_id, path in rows}
 
     def fingerprints(self, doc_ids: list[str]) -> dict[str, tuple[str, str]]:
         """``doc_id -> (content_hash, metadata JSON)`` for those of ``doc_ids`` that are stored."""
@@ -249,6 +286,18 @@ class Store:
         yield from self.conn.execute(
             "SELECT doc_id, text, metadata, content_hash FROM documents ORDER BY doc_id"
         )
+
+
+def _upgrade(conn: sqlite3.Connection, version: int) -> None:
+    """Bring a store from schema ``version`` up to :data:`SCHEMA_VERSION`, in one transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # 0 -> 1: the tables are unchanged; the version is recorded from now on.
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _unpack(rows: list[tuple[int, bytes]], dim: int) -> tuple[np.ndarray, np.ndarray]:

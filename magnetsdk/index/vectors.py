@@ -19,27 +19,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
 import faiss
 import numpy as np
 
-
-class IndexType(str, Enum):
-    EXACT = "exact"
-    HNSW = "hnsw"
-    IVFPQ = "ivfpq"
-    AUTO = "auto"
-
-
-# ``auto`` boundaries, from benchmarks/bench_index.py (docs/results.md, "Retrieval"; d=576, one CPU
-# thread): exact search costs ~30 ms per query at 100k vectors and ~250 ms at 1M, so above 100k a
-# graph (HNSW, sub-millisecond, full vectors plus graph in memory) pays off; above 2M vectors
-# memory dominates and IVF-PQ (~80 bytes per vector, candidates re-ranked exactly) takes over.
-AUTO_EXACT_BELOW = 100_000
-AUTO_HNSW_BELOW = 2_000_000
-IVFPQ_MIN_VECTORS = 1_000  # k-means lists and 256-centroid codebooks need enough training points
+from magnetsdk.index.types import (  # noqa: F401 - re-exported for callers of this module
+    IVFPQ_MIN_VECTORS,
+    IndexType,
+    check_buildable,
+    parse_type,
+    resolve_type,
+)
 
 
 @dataclass(frozen=True)
@@ -56,23 +47,6 @@ class VectorSettings:
         for name in ("hnsw_neighbors", "hnsw_ef_construction", "hnsw_ef_search", "ivf_probe"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
-
-
-def resolve_type(requested: IndexType | str, count: int) -> IndexType:
-    """The concrete type for ``count`` vectors (``auto`` picks by size; others are returned as is)."""
-    kind = parse_type(requested)
-    if kind is not IndexType.AUTO:
-        return kind
-    if count < AUTO_EXACT_BELOW:
-        return IndexType.EXACT
-    return IndexType.HNSW if count < AUTO_HNSW_BELOW else IndexType.IVFPQ
-
-
-def parse_type(value: IndexType | str) -> IndexType:
-    try:
-        return IndexType(value)
-    except ValueError:
-        raise ValueError(f"index type {value!r} is not one of {[t.value for t in IndexType]}") from None
 
 
 def gpu_count() -> int:
@@ -114,12 +88,7 @@ class VectorIndex:
             graph.hnsw.efConstruction = settings.hnsw_ef_construction
             index = faiss.IndexIDMap2(graph)
         else:
-            if len(vectors) < IVFPQ_MIN_VECTORS:
-                raise ValueError(
-                    f"an IVF-PQ index is trained on the vectors it starts with and needs at least "
-                    f"{IVFPQ_MIN_VECTORS}; there are {len(vectors)}. Use index type 'exact' or 'auto' "
-                    "for a corpus this small"
-                )
+            check_buildable(kind, len(vectors))
             lists = settings.ivf_lists or int(2 * math.sqrt(len(vectors)))
             lists = max(1, min(lists, len(vectors) // 39))
             m = settings.pq_subquantizers or _subquantizers(dim)
@@ -164,6 +133,18 @@ class VectorIndex:
     @property
     def supports_remove(self) -> bool:
         return self.kind is not IndexType.HNSW
+
+    def ids(self) -> np.ndarray:
+        """The chunk ids this index holds (int64, in no particular order)."""
+        if self.kind is IndexType.IVFPQ:
+            lists = self.index.invlists
+            parts = [
+                faiss.rev_swig_ptr(lists.get_ids(i), lists.list_size(i)).copy()
+                for i in range(self.index.nlist)
+                if lists.list_size(i)
+            ]
+            return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+        return faiss.vector_to_array(self.index.id_map).astype(np.int64)
 
     def memory_bytes(self) -> int:
         """Bytes the index occupies once serialised (close to its resident size)."""
