@@ -128,7 +128,7 @@ def test_evaluate_infill_reports_both_perplexities(base, tmp_path):
     assert result.figures["span_tokens"] == nll.size and result.figures["items"] == 3
     infills = result.details["infills"]["magnet"]
     assert len(infills) == 2 and infills[0]["gold"] == ITEMS[0].span
-    assert 0.0 <= result.figures["closed_rate"] <= 1.0
+    assert 0.0 <= result.figures["closed_rate"] <= 1.0 and 0.0 <= result.figures["empty_rate"] <= 1.0
     assert result.data[0]["sha256"] and result.model["model"] == "tiny-llama"
     assert read_infill_items(path, limit=1) == ITEMS[:1]
 

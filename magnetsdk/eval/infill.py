@@ -15,7 +15,8 @@ and once, the ``left only`` perplexity (the plain causal LM loss of the span aft
 the reference both-sides perplexity must beat. Perplexity by position inside the span
 (:data:`POSITION_BUCKETS`) shows where the right side helps. With ``generate > 0`` the first
 ``generate`` items are also filled greedily in each layout: the share of spans closed within the
-budget and the share that copy a run of :data:`COPY_WORDS` words of either side.
+budget, the share left empty (closed at once, or only whitespace) and the share that copy a run of
+:data:`COPY_WORDS` words of either side.
 """
 
 from __future__ import annotations
@@ -225,11 +226,13 @@ def evaluate_infill(
         for layout in chosen:
             filled = magnet.infill(texts, max_new_tokens=max_new_tokens, temperature=0.0, layout=layout.name)
             closed = [len(r.span_ids[0]) < max_new_tokens for r in filled]
+            empty = [not r.spans[0].strip() for r in filled]
             copied = [
                 copies_context(r.spans[0], i.left, i.right) for i, r in zip(picked, filled, strict=True)
             ]
             figures[f"closed_rate[{layout.name}]"] = float(np.mean(closed))
             figures[f"copy_rate[{layout.name}]"] = float(np.mean(copied))
+            figures[f"empty_rate[{layout.name}]"] = float(np.mean(empty))
             details["infills"][layout.name] = [
                 {
                     "left": i.left,
@@ -244,6 +247,7 @@ def evaluate_infill(
         if len(chosen) == 1:
             figures["closed_rate"] = figures[f"closed_rate[{chosen[0].name}]"]
             figures["copy_rate"] = figures[f"copy_rate[{chosen[0].name}]"]
+            figures["empty_rate"] = figures[f"empty_rate[{chosen[0].name}]"]
 
     headers = ["context", "layout", "span perplexity", "/ left only", "shuffled right", "span tokens"]
     if generate > 0:
