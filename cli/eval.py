@@ -155,8 +155,12 @@ def retrieval(
     encodes queries and documents with its own prompts.
     """
     from magnetsdk.eval.encoder import MagnetEncoder, is_sentence_transformers_dir, load_sentence_transformer
-    from magnetsdk.eval.retrieval import evaluate_retrieval
+    from magnetsdk.eval.retrieval import evaluate_retrieval, read_beir
 
+    try:  # the folder is checked before a model is loaded
+        data = read_beir(directory, split, limit)
+    except (ValueError, FileNotFoundError) as error:
+        raise click.ClickException(str(error)) from None
     if is_sentence_transformers_dir(model):
         if adapter or query_instruction is not None or document_instruction is not None:
             raise click.UsageError(
@@ -169,9 +173,7 @@ def retrieval(
     _run(
         "retrieval",
         output,
-        lambda: evaluate_retrieval(
-            encoder, directory, split, query_instruction, document_instruction, limit, batch_size
-        ),
+        lambda: evaluate_retrieval(encoder, data, query_instruction, document_instruction, batch_size),
     )
 
 

@@ -78,10 +78,10 @@ def test_reads_a_beir_folder(tmp_path):
 def test_scores_of_a_tiny_magnet_equal_a_brute_force_with_its_instructions(tmp_path):
     magnet = tiny_magnet("qwen2")
     root = write_beir(tmp_path / "set")
-    result = evaluate_retrieval(
-        MagnetEncoder(magnet, pooling="mean"), root, query_instruction="Query:", show_progress=False
-    )
     data = read_beir(root)
+    result = evaluate_retrieval(
+        MagnetEncoder(magnet, pooling="mean"), data, query_instruction="Query:", show_progress=False
+    )
     docs = magnet.encode(data.documents, pooling="mean")  # the model's own instruction
     queries = magnet.encode(data.queries, instruction="Query:", pooling="mean")
     order = np.argsort(-(queries @ docs.T), axis=1, kind="stable")

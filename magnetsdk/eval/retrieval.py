@@ -47,6 +47,8 @@ class RetrievalSet:
     queries: list[str]
     qrels: dict[str, dict[str, float]]  # query id -> document id -> score
     files: list[Path]
+    split: str = "test"
+    limit: int | None = None
 
 
 def _read_jsonl(path: Path, kind: str) -> list[tuple[int, dict[str, Any]]]:
@@ -154,6 +156,8 @@ def read_beir(directory: str | Path, split: str = "test", limit: int | None = No
         queries,
         {k: qrels[k] for k in query_ids},
         [corpus_path, queries_path, qrels_path],
+        split,
+        limit,
     )
 
 
@@ -254,17 +258,14 @@ def role_encoders(
 
 def evaluate_retrieval(
     encoder: SentenceEncoder,
-    directory: str | Path,
-    split: str = "test",
+    data: RetrievalSet,
     query_instruction: str | None = None,
     document_instruction: str | None = None,
-    limit: int | None = None,
     batch_size: int = 32,
     show_progress: bool = True,
 ) -> EvalResult:
-    """Score the judged queries of a BEIR folder against its whole corpus."""
+    """Score the judged queries of a BEIR folder (read by :func:`read_beir`) against its whole corpus."""
     started, start = utc_now(), time.perf_counter()
-    data = read_beir(directory, split, limit)
     query_encoder, document_encoder, settings = role_encoders(
         encoder, query_instruction, document_instruction
     )
@@ -287,7 +288,7 @@ def evaluate_retrieval(
         figures=figures,
         headers=["data", "queries", "documents", *(f"{n} x100" for n in names)],
         rows=[[data.name, len(data.query_ids), len(data.doc_ids), *(figures[n] for n in names)]],
-        settings={"split": split, "limit": limit, "batch_size": batch_size, **settings},
+        settings={"split": data.split, "limit": data.limit, "batch_size": batch_size, **settings},
         model=encoder.identity(),
         data=[data_file(p) for p in data.files],
         started=started,
