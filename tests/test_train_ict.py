@@ -42,6 +42,7 @@ def test_sentences_are_split_in_plain_and_wikitext_spacing():
         "Then he left.",
         "H. americanus is a lobster.",
     ]
+    assert split_sentences("He left . <unk> stayed at home .") == ["He left .", "<unk> stayed at home ."]
     assert split_sentences("Too short. Ok.") == ["Too short. Ok."]  # a fragment joins the one before
 
 

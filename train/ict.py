@@ -24,8 +24,8 @@ from magnetsdk.train.data import DataError
 from magnetsdk.train.views import PositiveViews, Views
 
 # A sentence ends at . ! or ? (WikiText writes " . "), maybe closed by a quote or bracket, before
-# the capital letter, digit or opening quote that starts the next one.
-SENTENCE_END = re.compile(r"(?<=[.!?])(?:\s*[\"')\]])?\s+(?=[\"'(\[]?[A-Z0-9])")
+# the capital letter, digit, opening quote or WikiText <unk> that starts the next one.
+SENTENCE_END = re.compile(r"(?<=[.!?])(?:\s*[\"')\]])?\s+(?=[\"'(\[]?[A-Z0-9<])")
 MIN_QUERY_WORDS = 5
 MIN_SENTENCES = 3  # a query and at least two sentences of context
 
