@@ -79,9 +79,7 @@ def passages(path: Path, lines: int, per_passage: int) -> list[Passage]:
 def build(passages_: list[Passage], queries: int, seed: int) -> tuple[list[dict], list[dict], list[tuple]]:
     """(corpus rows, query rows, qrels): ``queries`` passages drawn with ``seed`` lose a sentence."""
     rng = random.Random(seed)
-    candidates = [
-        p for p in passages_ if any(len(s.split()) >= MIN_QUERY_WORDS for s in p.sentences[1:-1])
-    ]
+    candidates = [p for p in passages_ if any(len(s.split()) >= MIN_QUERY_WORDS for s in p.sentences[1:-1])]
     chosen = {p.doc_id for p in rng.sample(candidates, min(queries, len(candidates)))}
     corpus, query_rows, qrels = [], [], []
     for passage in passages_:

@@ -4,6 +4,7 @@ sentence-transformers' evaluator, the query/document instructions, and bad input
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -213,3 +214,42 @@ def test_the_command_turns_bad_input_into_an_error_message(tmp_path):
     invoked = CliRunner().invoke(cli, ["eval", "retrieval", str(root), "-o", str(tmp_path / "x.json")])
     assert invoked.exit_code == 1 and "d99" in invoked.output and "Traceback" not in invoked.output
     assert not (tmp_path / "x.json").exists()
+
+
+def load_builder():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "build_retrieval_set.py"
+    spec = importlib.util.spec_from_file_location("build_retrieval_set", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_held_out_set_builder_removes_each_query_from_its_passage(tmp_path):
+    builder = load_builder()
+    sentences = [f"Sentence number {i} says something about lobsters here ." for i in range(7)]
+    lines = [" = Lobster = ", "", " " + " ".join(sentences) + " ", " = = Habitat = = ", " Too short . "]
+    source = tmp_path / "wiki.valid.tokens"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    found = builder.passages(source, lines=5, per_passage=3)
+    assert [len(p.sentences) for p in found] == [3, 4]  # 7 sentences: 3 + 4 (no 1-sentence remainder)
+    assert {p.title for p in found} == {"Lobster"} and found[0].doc_id == "w3-0"
+    corpus, queries, qrels = builder.build(found, queries=10, seed=0)
+    assert len(corpus) == 2 and len(queries) == 2 and qrels == [("q3-0", "w3-0", 1), ("q3-1", "w3-1", 1)]
+    for query, (_, doc_id, _) in zip(queries, qrels, strict=True):
+        document = next(d for d in corpus if d["_id"] == doc_id)
+        assert query["text"] in sentences[1:] and query["text"] not in document["text"]
+        assert (
+            len(document["text"].split(" . "))
+            == len(next(p for p in found if p.doc_id == doc_id).sentences) - 1
+        )
+    assert builder.build(found, queries=10, seed=0) == (corpus, queries, qrels)  # deterministic
+    out = tmp_path / "set"
+    builder.write_folder(out, corpus, queries, qrels, {"seed": 0})
+    builder.write_folder(out, corpus, queries, qrels, {"seed": 0})  # replaces the folder
+    data = read_beir(out)
+    assert data.query_ids == ["q3-0", "q3-1"] and data.documents[0].startswith("Lobster Sentence number 0")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["set", "wiki.valid.tokens"]  # no leftovers
