@@ -130,6 +130,56 @@ def sts(
     _run("sts", output, lambda: evaluate_sts(encoder, list(files), fmt, limit, batch_size))
 
 
+@eval_group.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--split", default="test", show_default=True, help="Which qrels/SPLIT.tsv to score.")
+@click.option("--query-instruction", default=None, help="Instruction for queries [default: the model's].")
+@click.option(
+    "--document-instruction", default=None, help="Instruction for documents [default: the model's]."
+)
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@_common
+def retrieval(
+    directory,
+    split,
+    query_instruction,
+    document_instruction,
+    batch_size,
+    limit,
+    output,
+    model,
+    adapter,
+    device,
+    dtype,
+):
+    """nDCG@10, recall@10/100 and MRR@10 on a BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv).
+
+    --model may also be a saved sentence-transformers model directory (one with modules.json); it
+    encodes queries and documents with its own prompts.
+    """
+    from magnetsdk.eval.encoder import MagnetEncoder, is_sentence_transformers_dir, load_sentence_transformer
+    from magnetsdk.eval.retrieval import evaluate_retrieval, read_beir
+
+    try:  # the folder is checked before a model is loaded
+        data = read_beir(directory, split, limit)
+    except (ValueError, FileNotFoundError) as error:
+        raise click.ClickException(str(error)) from None
+    if is_sentence_transformers_dir(model):
+        if adapter or query_instruction is not None or document_instruction is not None:
+            raise click.UsageError(
+                "a sentence-transformers model is encoded with its own prompts: drop --adapter, "
+                "--query-instruction and --document-instruction"
+            )
+        encoder = load_sentence_transformer(model, device)
+    else:
+        encoder = MagnetEncoder(open_magnet(model, adapter, device, dtype))
+    _run(
+        "retrieval",
+        output,
+        lambda: evaluate_retrieval(encoder, data, query_instruction, document_instruction, batch_size),
+    )
+
+
 def _fit_shift(encoder, texts_file: Path, mode: str, weight: float, batch_size: int) -> None:
     """Fit the principal component with the evaluation's own encode options."""
     from magnetsdk.eval.texts import read_texts

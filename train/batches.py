@@ -25,6 +25,7 @@ from magnetsdk.train.collate import (
 )
 from magnetsdk.train.config import PositiveSource, TrainConfig
 from magnetsdk.train.data import DataError, Order, read_pairs, read_texts, tokenize_texts
+from magnetsdk.train.ict import ICTViews, mix_in_ict
 from magnetsdk.train.masking import SpanShapes, WordBoundaries, example_rng
 from magnetsdk.train.views import (
     DropoutViews,
@@ -109,7 +110,7 @@ class Batches:
                     f"sscl_max_length={config.sscl_max_length} leaves almost no room for text after the "
                     "instruction prefix; raise --sscl-max-length or shorten --instruction"
                 ) from None
-            self.views = self._positive_views(texts, pairs, model)
+            self.views = mix_in_ict(self._positive_views(texts, pairs, model), texts, config)
             if self.views.size < max(global_batch, 2):
                 raise DataError(
                     f"only {self.views.size} contrastive examples, fewer than one global batch of "
@@ -143,6 +144,8 @@ class Batches:
 
     def _positive_views(self, texts: list[str], pairs, model) -> PositiveViews:
         config = self.config
+        if config.positives is PositiveSource.ICT:
+            return ICTViews.for_view_length(texts, config.sscl_max_length)
         if config.positives is PositiveSource.PAIRS:
             return PairViews(pairs)
         unique = list(dict.fromkeys(texts))

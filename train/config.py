@@ -36,6 +36,7 @@ class PositiveSource(str, Enum):
     PAIRS = "pairs"  # given (anchor, positive[, negative]) pairs
     PARAPHRASE = "paraphrase"  # generated once by an instruct model and cached on disk
     DROPOUT = "dropout"  # the same text, a second pass with different dropout (SimCSE)
+    ICT = "ict"  # a sentence of a text against the rest of it (inverse cloze, train/ict.py)
 
 
 class Schedule(str, Enum):
@@ -78,6 +79,7 @@ class TrainConfig:
     input_mask_probability: float | None = None  # MEAP: inputs of next-token examples masked
     mntp_first_fraction: float | None = None  # steps training MNTP alone before the rest (LLM2Vec)
     positives: PositiveSource | None = None
+    ict_share: float = 0.0  # SSCL examples that are inverse-cloze pairs from --data, mixed into positives
     mntp_probability: float = 0.2  # context tokens selected for MNTP (80/10/10 of them)
     span_fraction: float = 0.15  # share of a text's tokens removed as token spans (span_unit 'token')
     max_spans: int = 3
@@ -178,6 +180,7 @@ class TrainConfig:
             "mntp_first_fraction",
             "mntp_probability",
             "span_fraction",
+            "ict_share",
             "attention_dropout",
             "lora_dropout",
             "mntp_fraction",
