@@ -69,7 +69,7 @@ def join_filled(segments: list[str], spans: list[str], moved: list[str]) -> tupl
 
 @dataclass
 class SpanProgram:
-    """One text's spans: decode up to ``max_new_tokens`` per gap; END (or EOS) closes a span."""
+    """One text's spans: decode 1..``max_new_tokens`` tokens per gap; END (or EOS) closes a span."""
 
     gaps: int
     tokens: LayoutTokens
@@ -85,7 +85,10 @@ class SpanProgram:
         return [t for span in self.spans for t in span] + self.current
 
     def suppressed(self) -> Sequence[int]:
-        return ()
+        # A gap is there because something is missing: a span gets at least one token before END
+        # or EOS may close it (a model that reads "sentence ." as the end of a text would otherwise
+        # close every span after a full stop at once).
+        return sorted(self.stop_ids) if not self.current and self.force is None else ()
 
     def advance(self, choice: int) -> int | None:
         if self.done:

@@ -57,7 +57,7 @@ def test_cached_decoding_equals_full_recompute(magnet, max_new_tokens, layout):
         torch.testing.assert_close(a[finite], b[finite], atol=1e-4, rtol=1e-4)
     # Each text gets one span per gap, each at most max_new_tokens long.
     assert [len(spans) for spans in cached] == [1, 2, 1, 1]
-    assert all(len(span) <= max_new_tokens for spans in cached for span in spans)
+    assert all(0 < len(span) <= max_new_tokens for spans in cached for span in spans)  # never empty
 
 
 @pytest.mark.parametrize("layout", ["magnet", "spm", "spm-bidirectional-span"])
@@ -140,7 +140,9 @@ def test_spaces_before_a_gap_move_into_the_span():
 def test_span_state_machine(layout, opens):
     tokens = LayoutTokens("m", "g", "s", "e", mask_id=1, gap_id=2, span_id=3, end_id=4)
     row = SpanProgram(2, tokens, infill_layout(layout), 3, frozenset({4, 0}))
+    assert list(row.suppressed()) == [0, 4]  # an empty span cannot be closed
     assert row.advance(50) == 50
+    assert list(row.suppressed()) == []
     assert row.advance(4) == 4  # END closes span 1 and is fed
     assert row.spans == [[50]] and not row.done
     # With a SPAN token, the model's choice after END is ignored: SPAN opens span 2.
