@@ -10,8 +10,9 @@ Language modelling (MNTP + MSG) uses *one sequence per example*, laid out exactl
   position ``l`` (the model keeps its next-token head; LLM2Vec's "shifted" MNTP).
 - MSG: span tokens and each END are predicted from the position before them
   (``LaidOut.target_positions``).
-- An example without context is plain next-token prediction: ``BOS t1 ... tn EOS``, every token
-  a span token, so the hybrid mask reduces to the causal mask that ``generate`` uses.
+- An example without context is plain next-token prediction: ``BOS t1 ... tn [EOS]``, every token
+  a span token, so the hybrid mask reduces to the causal mask that ``generate`` uses. EOS ends
+  it only when the text ends a document (``ends_document``).
 
 Contrastive views are the instruction-prefixed inputs of :func:`magnetsdk.encoding.prepare`, so
 training encodes exactly like ``Magnet.encode``.
@@ -60,10 +61,14 @@ def build_lm_example(
     vocab_size: int,
     settings: LMSettings,
     rng: np.random.Generator,
+    ends_document: bool = True,
 ) -> LMExample:
-    """One training sequence for the text ``ids`` (already within the length budget)."""
+    """One training sequence for the text ``ids`` (already within the length budget).
+
+    ``ends_document``: a next-token example of this text ends in EOS (the document ends here).
+    """
     if settings.msg and rng.random() < settings.no_context_fraction:
-        return _next_token_example(ids, tokens, prefix, eos_id, settings, rng)
+        return _next_token_example(ids, tokens, prefix, eos_id, settings, rng, ends_document)
 
     spans = choose_spans(len(ids), settings.span_fraction, settings.max_spans, rng) if settings.msg else []
     segments: list[list[int]] = []
@@ -115,9 +120,10 @@ def _next_token_example(
     eos_id: int,
     settings: LMSettings,
     rng: np.random.Generator,
+    ends_document: bool,
 ) -> LMExample:
-    """``prefix t1 ... tn EOS`` as span tokens: causal next-token prediction (MEAP masks inputs)."""
-    sequence = [*prefix, *ids, eos_id]
+    """``prefix t1 ... tn [EOS]`` as span tokens: causal next-token prediction (MEAP masks inputs)."""
+    sequence = [*prefix, *ids, *([eos_id] if ends_document else [])]
     first = max(len(prefix), 1)  # the first predicted token; it needs a position before it
     inputs = input_mask(sequence, settings.input_mask_probability, tokens.mask_id, len(prefix), rng)
     return LMExample(
