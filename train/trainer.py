@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import random
 import time
 import warnings
@@ -32,15 +33,19 @@ import torch
 from magnetsdk.train.adaptation import make_trainable, trainable_parameters
 from magnetsdk.train.batches import Batches
 from magnetsdk.train.checkpoint import (
+    CheckpointError,
     gather_training_state,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    remove_partial_checkpoints,
     rng_state,
     save_checkpoint,
 )
 from magnetsdk.train.config import MixedPrecision, Schedule, TrainConfig
 from magnetsdk.train.export import export_model, gather_weights
+from magnetsdk.train.generation_check import GenerationCheck
+from magnetsdk.train.gradcache import cache_view_gradients, restore_rng
 from magnetsdk.train.metrics import PLOT_NAME, MetricsLog, plot_losses
 from magnetsdk.train.objectives import MagnetObjectives, global_sum
 
@@ -48,7 +53,17 @@ from magnetsdk.layout import resolve_layout_tokens
 
 CONFIG_RECORD = "train_config.json"
 # Settings that decide which examples a step sees; a resumed run must keep them.
-_RESUME_FIXED = ("seed", "batch_size", "gradient_accumulation", "recipe", "max_length", "base_model")
+_RESUME_FIXED = (
+    "seed",
+    "batch_size",
+    "contrastive_batch_size",
+    "gradient_accumulation",
+    "bucket_batches",
+    "recipe",
+    "max_length",
+    "base_model",
+    "documents",
+)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -111,15 +126,49 @@ def _stored_base_name(config: TrainConfig) -> str:
 
 
 class _Run:
-    """The state of one training run in one process."""
+    """The state of one training run in one process.
+
+    Built in named steps, in this order: threads, accelerator, base model and layout tokens,
+    data, trainable weights (seeded right before LoRA is created, so its initialisation does not
+    depend on what consumed the global generator earlier, e.g. paraphrase generation), optimizer
+    and schedule, then where to start (a checkpoint or step 0).
+    """
 
     def __init__(self, config: TrainConfig, model, tokenizer, resume: bool) -> None:
+        self.config = config
+        self._set_threads()
+        self._start_accelerator()
+        seed_everything(config.seed)  # the same new embedding rows on every process
+        model = self._load_model(model, tokenizer)
+        self.batches = Batches(config, self.tokenizer, self.layout, model, self.accelerator)
+        self._make_trainable(model)
+        self._prepare_optimisation()
+        self._find_start(resume)
+        self.check = (
+            GenerationCheck.from_file(
+                config.eval_prefixes, self.tokenizer, config.eval_new_tokens, config.seed
+            )
+            if config.eval_every
+            else None
+        )
+
+    def _set_threads(self) -> None:
+        """``threads``, or (unset) the machine's cores shared among this machine's processes.
+
+        An explicit ``OMP_NUM_THREADS`` (torchrun sets 1 per process) is left alone.
+        """
+        threads = self.config.threads
+        if threads is None and "OMP_NUM_THREADS" not in os.environ:
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            threads = max(1, (os.cpu_count() or 1) // max(1, local))
+        if threads:
+            torch.set_num_threads(threads)
+
+    def _start_accelerator(self) -> None:
         from accelerate import Accelerator
         from accelerate.utils import DistributedType
 
-        self.config = config
-        if config.threads:
-            torch.set_num_threads(config.threads)
+        config = self.config
         use_cpu = config.device == "cpu" or not torch.cuda.is_available()
         mixed = config.mixed_precision
         if mixed is MixedPrecision.AUTO:
@@ -138,21 +187,21 @@ class _Run:
                 "FSDP version 1 is not supported; set fsdp_version: 2 in the accelerate config "
                 "(see configs/accelerate/fsdp.yaml)"
             )
-        device = self.accelerator.device
         # Under FSDP the model is built on the CPU; only each process's shard moves to its device.
-        home = torch.device("cpu") if self.sharded else device
+        self.home = torch.device("cpu") if self.sharded else self.accelerator.device
 
-        # ---- model and tokenizer
-        seed_everything(config.seed)  # same LoRA init on every process
+    def _load_model(self, model, tokenizer):
+        """The base model and tokenizer, with the layout tokens (added to the embeddings if new)."""
+        config = self.config
         if model is None:
-            model, tokenizer = load_base(config, home)
+            model, tokenizer = load_base(config, self.home)
         elif tokenizer is None:
             raise ValueError("pass the tokenizer together with an in-memory model")
         if tokenizer.eos_token_id is None:
             raise ValueError(
                 "the base model's tokenizer has no EOS token; training appends EOS to every contrastive "
-                "view (last-token pooling) and to next-token examples. Set tokenizer.eos_token (e.g. to "
-                "its end-of-text token) or choose a base model that has one"
+                "view (last-token pooling) and to the last chunk of every document. Set "
+                "tokenizer.eos_token (e.g. to its end-of-text token) or choose a base model that has one"
             )
         self.tokenizer = tokenizer
         self.layout, added = resolve_layout_tokens(tokenizer, None)
@@ -160,18 +209,24 @@ class _Run:
         if added and len(tokenizer) > rows:
             model.resize_token_embeddings(len(tokenizer))
         self.tokens_added = bool(added)
-        new_ids = [tokenizer.convert_tokens_to_ids(t) for t in added]
+        self.new_ids = [tokenizer.convert_tokens_to_ids(t) for t in added]
+        return model
 
-        # ---- data
-        self.batches = Batches(config, tokenizer, self.layout, model, self.accelerator)
-
-        # ---- what trains
-        self.trained = make_trainable(model.to(home), config, new_ids)
-        parameters = trainable_parameters(self.trained)
-        if not parameters:
+    def _make_trainable(self, model) -> None:
+        # Seeded here, not only at the start: building the data may have drawn from the global
+        # generator (paraphrase generation does, a warm cache does not), and the LoRA
+        # initialisation must be the same either way, and on every process.
+        seed_everything(self.config.seed)
+        self.trained = make_trainable(model.to(self.home), self.config, self.new_ids)
+        if not trainable_parameters(self.trained):
             raise ValueError("nothing to train: the model has no trainable parameters")
+
+    def _prepare_optimisation(self) -> None:
+        config = self.config
         optimizer = torch.optim.AdamW(
-            parameters.values(), lr=config.learning_rate, weight_decay=config.weight_decay
+            trainable_parameters(self.trained).values(),
+            lr=config.learning_rate,
+            weight_decay=config.weight_decay,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
@@ -179,7 +234,9 @@ class _Run:
                 lr_factor, warmup=config.warmup_steps, total=config.max_steps, schedule=config.schedule
             ),
         )
-        objectives = MagnetObjectives(self.trained, config.lm_attention.value, config.temperature)
+        objectives = MagnetObjectives(
+            self.trained, config.lm_attention.value, config.temperature, fuse=config.fuse_passes
+        )
         # FSDP's auto-wrap gives each class in `_no_split_modules` of the module it wraps its own
         # shard unit; hand the decoder's layer classes up from the model inside.
         objectives._no_split_modules = getattr(self.trained, "_no_split_modules", None)
@@ -188,7 +245,9 @@ class _Run:
         self.module, self.optimizer = self.accelerator.prepare(objectives, optimizer)
         self.parameters = trainable_parameters(self.trained)  # the shards, under FSDP
 
-        # ---- where to start
+    def _find_start(self, resume: bool) -> None:
+        """Step 0, or with ``resume`` the newest checkpoint that loads (older ones if it does not)."""
+        config = self.config
         self.start_step = 0
         self.last_checkpoint: Path | None = None
         existing = latest_checkpoint(self.run_dir)
@@ -197,22 +256,41 @@ class _Run:
                 f"{self.run_dir} already holds checkpoints (latest: step {existing.step}); pass --resume to "
                 "continue that run, or choose another --output-dir"
             )
-        if resume and existing is not None:
-            state = load_checkpoint(
-                existing, self.parameters, self.optimizer, self.scheduler, self.rank, model=self.trained
-            )
-            changed = [k for k in _RESUME_FIXED if state["config"].get(k) != config.to_dict().get(k)]
-            if changed:
-                raise ValueError(
-                    f"cannot resume {existing.path}: {changed} differ from the run that wrote it; "
-                    "resume with the same settings"
-                )
-            self.start_step = existing.step
-            self.last_checkpoint = existing.path
-        elif resume:
-            self.accelerator.print(f"--resume: no checkpoint in {self.run_dir}, starting from step 0")
+        if resume:
+            if self.main:
+                removed = remove_partial_checkpoints(self.run_dir)
+                if removed:
+                    self.accelerator.print(
+                        f"--resume: removed {removed} unfinished checkpoint(s) of a killed run"
+                    )
+            self.accelerator.wait_for_everyone()
+            loaded = self._load_latest()
+            if loaded is None:
+                reason = "does not exist" if not self.run_dir.exists() else "holds no complete checkpoint"
+                self.accelerator.print(f"--resume: {self.run_dir} {reason}; starting a new run from step 0")
         if self.start_step == 0:
             seed_everything(config.seed + self.rank)  # dropout differs per process, as in any DDP run
+
+    def _load_latest(self) -> Path | None:
+        for candidate in reversed(list_checkpoints(self.run_dir)):
+            try:
+                state = load_checkpoint(
+                    candidate, self.parameters, self.optimizer, self.scheduler, self.rank, model=self.trained
+                )
+            except CheckpointError as error:
+                warnings.warn(f"--resume: skipping {candidate.path}: {error}", stacklevel=3)
+                continue
+            saved, now = state["config"], self.config.to_dict()
+            changed = [k for k in _RESUME_FIXED if k in saved and saved[k] != now.get(k)]
+            if changed:
+                raise ValueError(
+                    f"cannot resume {candidate.path}: {changed} differ from the run that wrote it; "
+                    "resume with the same settings"
+                )
+            self.start_step = candidate.step
+            self.last_checkpoint = candidate.path
+            return candidate.path
+        return None
 
     # ------------------------------------------------------------------ loop
 
@@ -256,7 +334,11 @@ class _Run:
                     "tokens_per_s": tokens / seconds,
                     "elapsed_s": time.perf_counter() - started,
                 }
-                if log is not None and ((step + 1) % config.log_every == 0 or step + 1 == config.max_steps):
+                checked = self.check is not None and (step + 1) % config.eval_every == 0
+                if checked:
+                    record.update(self._generation_check())
+                due = (step + 1) % config.log_every == 0 or step + 1 == config.max_steps
+                if log is not None and (due or checked):
                     log.log(record)
                 bar.set_postfix(
                     {k: f"{v:.3f}" for k, v in losses.items() if v is not None}
@@ -298,23 +380,32 @@ class _Run:
         for micro in range(config.gradient_accumulation):
             lm, views, items = self.batches.batch(step, micro, weights)
             tokens += (lm.tokens if lm is not None else 0) + (views.tokens if views is not None else 0)
-            last = micro == config.gradient_accumulation - 1
-            sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.module)
-            with sync:
-                with self.accelerator.autocast():
-                    out = self.module(lm, views, weights)
-                values = {"mntp": out.mntp, "sscl": out.sscl, "msg": out.msg}
-                bad = global_sum(
-                    torch.tensor(0.0 if torch.isfinite(out.total) else 1.0, device=out.total.device)
-                )
-                if bad > 0 or any(v is not None and not math.isfinite(v) for v in values.values()):
-                    self._fail(step, micro, items, values, "loss")
-                self.accelerator.backward(out.total / config.gradient_accumulation)
+            calls, sscl = self._calls(lm, views, weights)
+            values: dict[str, float | None] = {"mntp": None, "sscl": sscl, "msg": None}
+            for index, (lm_part, view_part, grads, rng) in enumerate(calls):
+                last = micro == config.gradient_accumulation - 1 and index == len(calls) - 1
+                sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.module)
+                with sync:
+                    if rng is not None:
+                        restore_rng(rng, self.accelerator.device)
+                    with self.accelerator.autocast():
+                        out = self.module(lm_part, view_part, weights, view_grads=grads)
+                    for key in ("mntp", "msg", "sscl"):
+                        if getattr(out, key) is not None:
+                            values[key] = getattr(out, key)
+                    bad = global_sum(
+                        torch.tensor(0.0 if torch.isfinite(out.total) else 1.0, device=out.total.device)
+                    )
+                    if bad > 0 or any(v is not None and not math.isfinite(v) for v in values.values()):
+                        self._fail(step, micro, items, values, "loss")
+                    self.accelerator.backward(out.total / config.gradient_accumulation)
             for key, value in values.items():
                 if value is not None:
                     accumulated[key].append(value)
             total += sum(
-                w * v for w, v in zip(weights, (out.mntp, out.sscl, out.msg), strict=True) if v is not None
+                w * v
+                for w, v in zip(weights, (values["mntp"], values["sscl"], values["msg"]), strict=True)
+                if v is not None
             )
         if config.max_grad_norm:
             norm = self.accelerator.clip_grad_norm_(list(self.parameters.values()), config.max_grad_norm)
@@ -331,6 +422,33 @@ class _Run:
         losses["loss"] = total / config.gradient_accumulation
         tokens = int(global_sum(torch.tensor(tokens, device=self.accelerator.device)))
         return losses, tokens, time.perf_counter() - started
+
+    def _generation_check(self) -> dict[str, Any]:
+        """The main process's generation figures (:mod:`magnetsdk.train.generation_check`)."""
+        figures: dict[str, Any] = {}
+        if self.sharded:
+            return figures  # every process holds a shard only; generation would need all of them
+        if self.main:
+            figures = self.check(self.trained, self.tokenizer, self.config.base_model)
+        self.accelerator.wait_for_everyone()
+        return figures
+
+    def _calls(self, lm, views, weights):
+        """The forward/backward calls of one micro-batch: (LM rows, views, view gradients, RNG state).
+
+        One call normally; with GradCache (``contrastive_chunk_size`` below the contrastive batch)
+        first a no-gradient pass over all views gives their loss gradients, then one call per
+        chunk, the LM rows going with the first. Returns the calls and the SSCL loss if known.
+        """
+        chunk = self.config.contrastive_chunk_size
+        if views is None or not weights[1] or chunk is None or chunk >= views.anchors:
+            return [(lm, views, None, None)], None
+        with self.accelerator.autocast():
+            cached = cache_view_gradients(self.module, views, chunk, self.config.temperature)
+        calls = [(None, c.views, c.grads, c.rng) for c in cached.chunks]
+        if lm is not None:
+            calls.insert(0, (lm, None, None, None))
+        return calls, cached.loss
 
     def _fail(
         self, step: int, micro: int, items: dict[str, list[int]], values: dict[str, Any], what: str
@@ -418,4 +536,8 @@ def train(
     ``model``/``tokenizer`` may be passed in memory (tests, notebooks); otherwise
     ``config.base_model`` is loaded. ``resume=True`` continues from the latest checkpoint.
     """
-    return _Run(config, model, tokenizer, resume).run()
+    threads = torch.get_num_threads()
+    try:
+        return _Run(config, model, tokenizer, resume).run()
+    finally:
+        torch.set_num_threads(threads)  # a library call leaves the process as it found it
