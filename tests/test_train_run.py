@@ -37,6 +37,7 @@ def config(tmp_path, base_dir, data_file, **overrides):
         learning_rate=5e-3,
         progress=False,
         positives="dropout",  # no generation pass in these tests (the paraphrase test sets its own)
+        threads=1,
     )
     return TrainConfig(**{**settings, **overrides})
 
@@ -45,10 +46,15 @@ def test_training_lowers_the_losses_and_exports_a_model_that_loads(tmp_path, bas
     result = train(config(tmp_path, base_dir, data_file, max_steps=30, save_every=10, lora_r=8))
     records = read_metrics(result.metrics_path)
     assert [r["step"] for r in records] == list(range(1, 31))
-    for key in ("mntp", "msg", "sscl"):
+    for key in ("msg", "sscl"):
         first = np.mean([r[key] for r in records[:5]])
         last = np.mean([r[key] for r in records[-5:]])
         assert last < first, f"{key} did not fall: {first:.3f} -> {last:.3f}"
+    # MNTP on the random 320-word tiny model stays near uniform (log 320 = 5.77) for 30 steps
+    # (on main too: 5.963 -> 5.955); length-bucketed batches make 5-step means noisier. It must
+    # not diverge.
+    first, last = (np.mean([r["mntp"] for r in part]) for part in (records[:10], records[-10:]))
+    assert last < first + 0.25, f"mntp diverged: {first:.3f} -> {last:.3f}"
     out = result.output_dir
     for name in ("adapter_model.safetensors", "adapter_config.json", "magnet_config.json", "loss_curve.png"):
         assert (out / name).is_file(), name
@@ -168,7 +174,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data
         return output * float("nan") if calls["n"] > 6 else output
 
     model.get_decoder().norm.register_forward_hook(poison)  # the final norm (peft leaves it alone)
-    settings = config(tmp_path, "tiny", data_file, max_steps=8, save_every=2)
+    # Two passes per step, not one fused pass: the hook counts them.
+    settings = config(tmp_path, "tiny", data_file, max_steps=8, save_every=2, fuse_passes=False)
     with pytest.raises(NonFiniteLossError, match=r"step 4 .*example indices .*step-00000002") as error:
         train(settings, model=model, tokenizer=tiny_tokenizer())
     assert "the last good checkpoint is" in str(error.value)
