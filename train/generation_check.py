@@ -68,8 +68,9 @@ class GenerationCheck:
         finally:
             model.train(was_training)
         count = lambda texts: [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]  # noqa: E731
-        natural_tokens = count(natural)
+        natural_tokens, full_tokens = count(natural), count(full)
         return {
             "eval_natural_tokens": float(np.mean([len(t) for t in natural_tokens])),
-            "eval_rep4": mean_defined([ngram_repetition(t, 4) for t in count(full)]),
+            "eval_full_tokens": float(np.mean([len(t) for t in full_tokens])),
+            "eval_rep4": mean_defined([ngram_repetition(t, 4) for t in full_tokens]),
         }
