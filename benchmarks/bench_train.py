@@ -11,7 +11,8 @@ hard negatives for SSCL) at batch 8, ``max_length`` 96, ``sscl_max_length`` 48.
   the shipped adapter was trained).
 - ``current``: the same examples grouped by length over a window of ``--steps`` batches
   (``bucket_batches``), LM rows and views in one hybrid pass when that wastes little padding,
-  one LM-head call for both objectives; ``--threads`` torch threads (2: both cores).
+  one LM-head call for both objectives; ``--threads`` torch threads (2: both cores) and
+  ``--precision`` (bf16 autocast by default, as ``mixed_precision = "bf16"`` trains; fp32 too).
 
 tokens/s counts each step's real (non-padding) tokens. Steps alternate between the two so load
 from other jobs on this shared machine hits both alike. Prints a table and writes JSON.
@@ -66,8 +67,11 @@ def baseline_step(model, lm, views, temperature: float = 0.05) -> None:
     total.backward()
 
 
-def current_step(objectives: MagnetObjectives, lm, views) -> None:
-    objectives(lm, views, (1.0, 1.0, 1.0)).total.backward()
+def current_step(objectives: MagnetObjectives, lm, views, bf16: bool) -> None:
+    # bf16 autocast as the trainer runs it with mixed_precision="bf16" (accelerate's autocast).
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        out = objectives(lm, views, (1.0, 1.0, 1.0))
+    out.total.backward()
 
 
 def load(name: str):
@@ -106,6 +110,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8, help="micro-batches per variant (one bucket window)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the current step")
     parser.add_argument("--baseline-threads", type=int, default=1, help="torch threads of the baseline")
+    parser.add_argument(
+        "--precision",
+        choices=["bf16", "fp32"],
+        default="bf16",
+        help="the current step's precision (bf16 autocast needs a CPU with native bf16, e.g. AVX512-BF16)",
+    )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "train.json"))
     args = parser.parse_args()
     for path in (args.data, args.pairs):
@@ -136,7 +146,11 @@ def main() -> None:
     weights = (1.0, 1.0, 1.0)
     variants = {
         "baseline": (old, args.baseline_threads, lambda lm, v: baseline_step(trained, lm, v)),
-        "current": (new, args.threads, lambda lm, v: current_step(objectives, lm, v)),
+        "current": (
+            new,
+            args.threads,
+            lambda lm, v: current_step(objectives, lm, v, args.precision == "bf16"),
+        ),
     }
     seconds = {k: [] for k in variants}
     tokens = {k: [] for k in variants}
@@ -165,6 +179,7 @@ def main() -> None:
         "sscl_max_length": args.sscl_max_length,
         "steps": args.steps,
         "threads": {k: variants[k][1] for k in variants},
+        "precision": {"baseline": "fp32", "current": args.precision},
         "real_tokens": {k: sum(v) for k, v in tokens.items()},
         "token_slots": {k: sum(v) for k, v in padded.items()},
         "seconds": {k: [round(t, 3) for t in v] for k, v in seconds.items()},
@@ -185,7 +200,8 @@ def main() -> None:
     print(f"ratio (current / baseline tokens/s): {result['ratio']:.2f}x (goal >= 1.8x)")
     out = Path(args.out)
     existing = json.loads(out.read_text()) if out.is_file() else {}
-    existing[f"{name} step, batch {args.batch}, threads {args.baseline_threads} -> {args.threads}"] = result
+    key = f"{name}, batch {args.batch}: fp32 {args.baseline_threads} thread(s) -> {args.precision} {args.threads}"
+    existing[key] = result
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(json.dumps(existing, indent=2) + "\n")
