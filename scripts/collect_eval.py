@@ -50,7 +50,9 @@ def main() -> None:
         for key, value in figures.items():
             if isinstance(value, (int, float)):
                 base = summary["base"].get(task, {}).get(key)
-                print(f"{task:<16} {key:<28} adapter {value:>10.4g}   base {base if base is not None else '-'}")
+                print(
+                    f"{task:<16} {key:<28} adapter {value:>10.4g}   base {base if base is not None else '-'}"
+                )
     print(f"wrote {target}")
 
 

@@ -25,7 +25,9 @@ def tiny_shared(folder: Path) -> Path:
     texts = sorted(set(_CORPUS))
     sentence = lambda i: texts[i % len(texts)].capitalize() + f" number {i} ."  # noqa: E731 (WikiText style)
     (folder / "stsb").mkdir(parents=True)
-    rows = [f"main-captions\tx\t2012\t{i:04d}\t{i % 6}.0\t{sentence(i)}\t{sentence(i + 3)}" for i in range(60)]
+    rows = [
+        f"main-captions\tx\t2012\t{i:04d}\t{i % 6}.0\t{sentence(i)}\t{sentence(i + 3)}" for i in range(60)
+    ]
     (folder / "stsb" / "sts-train.csv").write_text("\n".join(rows) + "\n")
     (folder / "stsb" / "sts-dev.csv").write_text("\n".join(rows[:20]) + "\n")
     (folder / "snli").mkdir()
@@ -76,7 +78,14 @@ def test_gpu_script_runs_on_the_cpu_with_a_tiny_model(tmp_path, base_dir):
     summary = json.loads((out / "eval.json").read_text())
     assert summary["training"]["steps"] == 2
     for who in ("adapter", "base"):
-        assert set(summary[who]) >= {"sts-dev", "sts-heldout", "lm", "repetition", "repetition-full", "infill"}
+        assert set(summary[who]) >= {
+            "sts-dev",
+            "sts-heldout",
+            "lm",
+            "repetition",
+            "repetition-full",
+            "infill",
+        }
     records = [json.loads(line) for line in (out / "adapter" / "metrics.jsonl").read_text().splitlines()]
     assert all("eval_natural_tokens" in r for r in records)
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
