@@ -179,7 +179,7 @@ def test_the_generation_check_is_logged(tmp_path, base_dir, data_file):
     checked = [r for r in records if "eval_natural_tokens" in r]
     assert [r["step"] for r in checked] == [2, 4]
     for record in checked:
-        assert 0 < record["eval_natural_tokens"] and record["eval_full_tokens"] > 0
+        assert record["eval_natural_tokens"] > 0 and record["eval_full_tokens"] > 0
         assert 0.0 <= record["eval_rep4"] <= 1.0
     # The check leaves training alone: eval mode, and the global generators restored.
     plain = train(config(tmp_path, base_dir, data_file, output_dir=str(tmp_path / "plain")))
