@@ -209,7 +209,13 @@ class MagnetObjectives(torch.nn.Module):
         if not self.fuse or view_grads is not None or self.lm_attention is AttentionMode.CAUSAL:
             return False
         fused, separate = fused_rows_cost(lm, views)
-        return fused <= self._FUSE_SLACK * separate
+        fusable = fused <= self._FUSE_SLACK * separate
+        if world_size() > 1:
+            # Every process must make the same number of decoder calls (FSDP gathers each layer's
+            # shards per call): fuse only when every process can.
+            device = lm.input_ids.device
+            fusable = float(global_sum(torch.tensor(0.0 if fusable else 1.0, device=device))) == 0.0
+        return fusable
 
     def _token_losses(self, lm: LMBatch, hidden, w_mntp: float, w_msg: float, world: int, total):
         """MNTP and MSG from one LM-head call over the targets of both."""
