@@ -17,7 +17,7 @@ anchors=${2:-768}
 PY=${PY:-.venv/bin/python}
 MAGNET=("$PY" -m magnetsdk.cli.main)
 export OMP_NUM_THREADS=1
-[[ -f runs/data/sts-heldout.csv ]] || "$PY" scripts/prepare_training_data.py --out runs/data
+[[ -f runs/data/sts-heldout.csv ]] || "$PY" scripts/prepare_training_data.py --shared "${SHARED:-../shared/data}" --out runs/data
 mkdir -p "$out"
 for setting in ${SETTINGS:-16:0.05 48:0.05 48:0.02}; do
   batch=${setting%%:*}; temperature=${setting##*:}
