@@ -5,7 +5,8 @@
 # negatives on) for the same number of anchors (ANCHORS; steps = ANCHORS / batch, so every run sees
 # the same pairs and about the same tokens), then `magnet eval sts` scores it on
 # runs/data/sts-heldout.csv (every 6th STS-B train pair; scores used for this selection only).
-# One thread per process, bf16 autocast, so it can share the machine.
+# One thread per process, bf16 autocast, GradCache chunks of 16 anchors (a 48-anchor batch in one
+# pass was killed for memory on this shared machine), so it can share the machine.
 #
 #   bash scripts/sscl_sweep.sh [OUT_DIR] [ANCHORS]     # all 959 held-out pairs are scored (the file is
 #                                                      # ordered by genre: a --limit would keep captions only)
@@ -25,7 +26,7 @@ for setting in ${SETTINGS:-16:0.05 48:0.05 48:0.02}; do
   if [[ ! -f "$out/$name/magnet_config.json" ]]; then
     start=$(date +%s)
     "${MAGNET[@]}" train --recipe sscl-only --pairs runs/data/snli_pairs.jsonl --output-dir "$out/$name" \
-      --batch-size "$batch" --temperature "$temperature" --max-steps $((anchors / batch)) \
+      --batch-size "$batch" --contrastive-chunk-size 16 --temperature "$temperature" --max-steps $((anchors / batch)) \
       --sscl-max-length 48 --learning-rate 5e-4 --warmup-steps 3 --schedule cosine --lora-r 8 \
       --lora-alpha 16 --threads 1 --mixed-precision bf16 --no-progress --save-every 1000 --resume
     echo "$name trained in $(( $(date +%s) - start )) s" | tee -a "$out/times.txt"
