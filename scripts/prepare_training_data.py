@@ -3,10 +3,17 @@
 Writes, under ``--out`` (default ``runs/data``):
 
 - ``text.txt``: one training text per line for MNTP and MSG: WikiText-2 valid paragraphs (headings
-  dropped) after the first ``--holdout-lines`` lines, STS-B train sentences and SNLI dev premises,
-  deduplicated. STS-B scores are not used.
-- ``snli_pairs.jsonl``: ``{"anchor", "positive", "negative"}`` per SNLI dev premise that has an
-  entailed hypothesis (the positive) and a contradicted one (the hard negative), for SSCL.
+  dropped) after the first ``--holdout-lines`` lines, STS-B train sentences and SNLI dev + test
+  premises, deduplicated. STS-B scores are not used.
+- ``documents.jsonl``: ``{"text"}`` per WikiText-2 article after the held-out lines (its paragraphs
+  joined by line breaks): running text for the next-token examples, which end in EOS only where
+  an article ends (``TrainConfig.documents``).
+- ``snli_pairs.jsonl``: ``{"anchor", "positive", "negative"}`` per SNLI dev or test premise that has
+  an entailed hypothesis (the positive) and a contradicted one (the hard negative), for SSCL.
+- ``sts-heldout.csv``: the held-out STS split (``scripts/build_heldout_sts.py``: every 6th row of
+  STS-B train); its sentences are removed from every file above.
+- ``eval_prefixes.txt``: held-out WikiText paragraphs (from the first ``--holdout-lines`` lines) for
+  the periodic generation check (``TrainConfig.eval_prefixes``).
 
 STS-B dev is never read: it is kept for model selection. The first 500 lines of WikiText-2 valid
 are never trained on either: the evaluations of ``docs/results.md`` read them (plain-text
@@ -19,15 +26,23 @@ perplexity: the first 20,480 tokens, up to line 249; repetition: the first 200 p
 from __future__ import annotations
 
 import argparse
-import csv
 import json
+import re
+import sys
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from build_heldout_sts import EVERY, heldout_sentences, read_rows, split_rows  # noqa: E402
 
-def wikitext_paragraphs(path: Path, min_words: int, skip_lines: int = 0) -> list[str]:
+_ARTICLE = re.compile(r"^ = [^=].* = $")  # a top-level WikiText heading: one '=' on each side
+
+
+def wikitext_paragraphs(
+    path: Path, min_words: int, skip_lines: int = 0, limit_lines: int | None = None
+) -> list[str]:
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines()[skip_lines:]:
+    for line in path.read_text(encoding="utf-8").splitlines()[skip_lines:limit_lines]:
         text = line.strip()
         if not text or text.startswith("="):
             continue
@@ -36,30 +51,46 @@ def wikitext_paragraphs(path: Path, min_words: int, skip_lines: int = 0) -> list
     return out
 
 
-def stsb_sentences(path: Path) -> list[str]:
-    out = []
-    with open(path, encoding="utf-8", newline="") as handle:
-        for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE):
-            if len(row) >= 7:
-                out.extend([row[5].strip(), row[6].strip()])
-    return out
+def wikitext_articles(path: Path, skip_lines: int = 0) -> list[str]:
+    """The articles after ``skip_lines``: paragraphs between top-level headings, joined by ``\\n``."""
+    articles: list[list[str]] = [[]]
+    for line in path.read_text(encoding="utf-8").splitlines()[skip_lines:]:
+        if _ARTICLE.match(line):
+            articles.append([])
+        elif line.strip() and not line.strip().startswith("="):
+            articles[-1].append(line.strip())
+    return ["\n".join(a) for a in articles if a]
 
 
-def snli_triples(folder: Path) -> tuple[list[str], list[dict[str, str]]]:
-    premises = (folder / "s1.dev").read_text(encoding="utf-8").splitlines()
-    hypotheses = (folder / "s2.dev").read_text(encoding="utf-8").splitlines()
-    labels = (folder / "labels.dev").read_text(encoding="utf-8").splitlines()
-    if not len(premises) == len(hypotheses) == len(labels):
-        raise SystemExit(f"{folder}: s1, s2 and labels differ in length")
+def stsb_sentences(path: Path, held: set[str]) -> list[str]:
+    _, rest = split_rows(read_rows(path), EVERY)
+    return [s.strip() for r in rest for s in (r[5], r[6]) if s.strip() not in held]
+
+
+def snli_triples(folder: Path, held: set[str]) -> tuple[list[str], list[dict[str, str]]]:
     by_premise: dict[str, dict[str, str]] = defaultdict(dict)
-    for premise, hypothesis, label in zip(premises, hypotheses, labels, strict=True):
-        by_premise[premise.strip()].setdefault(label.strip(), hypothesis.strip())
+    for split in ("dev", "test"):
+        premises = (folder / f"s1.{split}").read_text(encoding="utf-8").splitlines()
+        hypotheses = (folder / f"s2.{split}").read_text(encoding="utf-8").splitlines()
+        labels = (folder / f"labels.{split}").read_text(encoding="utf-8").splitlines()
+        if not len(premises) == len(hypotheses) == len(labels):
+            raise SystemExit(f"{folder}: s1.{split}, s2.{split} and labels.{split} differ in length")
+        for premise, hypothesis, label in zip(premises, hypotheses, labels, strict=True):
+            if premise.strip() in held or hypothesis.strip() in held:
+                continue
+            by_premise[premise.strip()].setdefault(label.strip(), hypothesis.strip())
     pairs = [
         {"anchor": p, "positive": h["entailment"], "negative": h["contradiction"]}
         for p, h in by_premise.items()
         if "entailment" in h and "contradiction" in h
     ]
     return list(by_premise), pairs
+
+
+def write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
 
 def main() -> None:
@@ -75,24 +106,36 @@ def main() -> None:
         default=500,
         help="leading lines of wiki.valid kept out of training for evaluation",
     )
+    parser.add_argument("--eval-prefixes", type=int, default=16, help="held-out paragraphs for the check")
     args = parser.parse_args()
 
-    premises, pairs = snli_triples(args.shared / "snli")
+    sts_train = args.shared / "stsb" / "sts-train.csv"
+    held = heldout_sentences(sts_train)
+    wiki = args.shared / "wikitext2" / "wiki.valid.tokens"
+    premises, pairs = snli_triples(args.shared / "snli", held)
     texts = (
-        wikitext_paragraphs(
-            args.shared / "wikitext2" / "wiki.valid.tokens", args.min_words, args.holdout_lines
-        )
-        + stsb_sentences(args.shared / "stsb" / "sts-train.csv")
+        wikitext_paragraphs(wiki, args.min_words, args.holdout_lines)
+        + stsb_sentences(sts_train, held)
         + premises
     )
-    unique = list(dict.fromkeys(t for t in texts if t))
+    unique = [t for t in dict.fromkeys(t for t in texts if t) if t not in held]
+    documents = wikitext_articles(wiki, args.holdout_lines)
+    prefixes = wikitext_paragraphs(wiki, 40, 0, args.holdout_lines)[: args.eval_prefixes]
+    heldout_rows, _ = split_rows(read_rows(sts_train), EVERY)
+
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "text.txt").write_text("\n".join(unique) + "\n", encoding="utf-8")
-    with open(args.out / "snli_pairs.jsonl", "w", encoding="utf-8") as handle:
-        for pair in pairs:
-            handle.write(json.dumps(pair, ensure_ascii=False) + "\n")
+    write(args.out / "text.txt", "\n".join(unique) + "\n")
+    write(
+        args.out / "documents.jsonl",
+        "".join(json.dumps({"text": d}, ensure_ascii=False) + "\n" for d in documents),
+    )
+    write(args.out / "snli_pairs.jsonl", "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
+    write(args.out / "sts-heldout.csv", "".join("\t".join(r) + "\n" for r in heldout_rows))
+    write(args.out / "eval_prefixes.txt", "\n".join(prefixes) + "\n")
     print(
-        f"{len(unique)} texts -> {args.out / 'text.txt'}; {len(pairs)} pairs -> {args.out / 'snli_pairs.jsonl'}"
+        f"{len(unique)} texts -> text.txt; {len(documents)} articles -> documents.jsonl; "
+        f"{len(pairs)} pairs -> snli_pairs.jsonl; {len(heldout_rows)} held-out STS pairs -> sts-heldout.csv "
+        f"({len(held)} sentences kept out of training); {len(prefixes)} prefixes -> eval_prefixes.txt (in {args.out})"
     )
 
 

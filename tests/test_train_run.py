@@ -37,6 +37,7 @@ def config(tmp_path, base_dir, data_file, **overrides):
         learning_rate=5e-3,
         progress=False,
         positives="dropout",  # no generation pass in these tests (the paraphrase test sets its own)
+        threads=1,
     )
     return TrainConfig(**{**settings, **overrides})
 
@@ -169,7 +170,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data
         return output * float("nan") if calls["n"] > 6 else output
 
     model.get_decoder().norm.register_forward_hook(poison)  # the final norm (peft leaves it alone)
-    settings = config(tmp_path, "tiny", data_file, max_steps=8, save_every=2)
+    # Two passes per step, not one fused pass: the hook counts them.
+    settings = config(tmp_path, "tiny", data_file, max_steps=8, save_every=2, fuse_passes=False)
     with pytest.raises(NonFiniteLossError, match=r"step 4 .*example indices .*step-00000002") as error:
         train(settings, model=model, tokenizer=tiny_tokenizer())
     assert "the last good checkpoint is" in str(error.value)

@@ -2,9 +2,13 @@
 
 :class:`Batches` reads the data once (text files, pair files), tokenizes and checks it, picks
 the positive-view source, and then builds the micro-batch of any (step, micro-batch, process)
-from the run positions that slice covers (see :class:`magnetsdk.train.data.Order`). Nothing here
-depends on what happened at earlier steps, which is what makes ``--resume`` and any process count
-see the same examples.
+from the run positions that slice covers (see :class:`magnetsdk.train.data.Order`), grouped by length
+(:class:`~magnetsdk.train.data.BucketedOrder`). Nothing here depends on what happened at earlier
+steps, which is what makes ``--resume`` and any process count see the same examples.
+
+Next-token examples: with ``documents``, a share ``no_context_fraction`` of the positions read a
+document chunk (EOS only after a document's last chunk) and the rest a text for MNTP + MSG;
+without documents they are texts of ``data`` without EOS.
 
 It knows nothing about the model's weights, optimizers or checkpoints.
 """
@@ -12,11 +16,14 @@ It knows nothing about the model's weights, optimizers or checkpoints.
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 from magnetsdk.train.collate import (
     LMBatch,
+    LMExample,
     LMSettings,
     ViewBatch,
     build_lm_example,
@@ -24,7 +31,15 @@ from magnetsdk.train.collate import (
     collate_views,
 )
 from magnetsdk.train.config import PositiveSource, TrainConfig
-from magnetsdk.train.data import DataError, Order, read_pairs, read_texts, tokenize_texts
+from magnetsdk.train.data import (
+    BucketedOrder,
+    DataError,
+    Order,
+    chunk_documents,
+    read_pairs,
+    read_texts,
+    tokenize_texts,
+)
 from magnetsdk.train.ict import ICTViews, mix_in_ict
 from magnetsdk.train.masking import SpanShapes, WordBoundaries, example_rng
 from magnetsdk.train.views import (
@@ -32,6 +47,7 @@ from magnetsdk.train.views import (
     PairViews,
     ParaphraseViews,
     PositiveViews,
+    Views,
     cached_paraphrases,
     load_paraphrase_cache,
 )
@@ -55,6 +71,7 @@ class Batches:
         self.prefix = special_prefix(tokenizer)
         self.eos = eos_id(tokenizer)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos
+        self.chunks = []
         self._load_data(model)
 
     def _load_data(self, model) -> None:
@@ -99,6 +116,18 @@ class Batches:
                 )
             self.lm_ids = tokenized.ids
             self.lm_order = Order(len(self.lm_ids), config.seed)
+            if config.documents and config.msg_weight and config.no_context_fraction:
+                # Room for the prefix and the EOS of a document's last chunk.
+                documents = read_texts(config.documents, config.text_field)
+                self.chunks = chunk_documents(
+                    self.tokenizer, documents, config.max_length - len(self.prefix) - 1
+                )
+                if not self.chunks:
+                    raise DataError(f"the document files {config.documents} hold no text of 4 tokens or more")
+                self.chunk_order = Order(len(self.chunks), config.seed + 2)
+            self.lm_bucket = BucketedOrder(
+                global_batch, config.bucket_batches, config.seed + 3, lambda p: len(self._lm_item(p)[0])
+            )
         self.views: PositiveViews | None = None
         if config.uses_sscl:
             from magnetsdk.encoding import prepare  # the encoder's own input builder
@@ -117,6 +146,12 @@ class Batches:
                     f"{max(global_batch, 2)}; add data or lower --batch-size"
                 )
             self.view_order = Order(self.views.size, config.seed + 1)
+            self.view_bucket = BucketedOrder(
+                config.contrastive_batch_size * self.world,
+                config.bucket_batches,
+                config.seed + 4,
+                lambda p: self._view_length(self.view_order.item(p)),
+            )
         word_spans = config.span_unit == "word" and config.uses_lm
         self.settings = LMSettings(
             mntp=bool(config.mntp_weight),
@@ -141,6 +176,9 @@ class Batches:
             boundaries=WordBoundaries.from_tokenizer(self.tokenizer) if word_spans else None,
             context_loss=config.context_loss,
         )
+        # With documents the kind of each example is chosen by position (see _lm_item).
+        self.text_settings = replace(self.settings, no_context_fraction=0.0) if self.chunks else self.settings
+        self.chunk_settings = replace(self.settings, no_context_fraction=1.0)
 
     def _positive_views(self, texts: list[str], pairs, model) -> PositiveViews:
         config = self.config
@@ -179,47 +217,69 @@ class Batches:
 
     # ------------------------------------------------------------------ batches
 
-    def positions(self, step: int, micro: int) -> range:
+    def positions(self, step: int, micro: int, batch_size: int | None = None) -> range:
+        """This process's positions of micro-batch ``micro`` of ``step`` (before bucketing)."""
         config = self.config
-        global_batch = config.batch_size * self.world
-        start = (step * config.gradient_accumulation + micro) * global_batch + self.rank * config.batch_size
-        return range(start, start + config.batch_size)
+        size = batch_size or config.batch_size
+        global_batch = size * self.world
+        start = (step * config.gradient_accumulation + micro) * global_batch + self.rank * size
+        return range(start, start + size)
+
+    def _lm_item(self, position: int) -> tuple[list[int], bool, int]:
+        """(token ids, is a document chunk, item index) of the LM example at an original position."""
+        if self.chunks and np.random.default_rng([self.config.seed, position, 0xD0C]).random() < (
+            self.config.no_context_fraction
+        ):
+            item = self.chunk_order.item(position)
+            return self.chunks[item].ids, True, item
+        item = self.lm_order.item(position)
+        return self.lm_ids[item], False, item
+
+    def lm_examples(self, positions: range) -> tuple[list[LMExample], list[int]]:
+        """The LM examples of ``positions`` (bucketed) and their item indices (chunks negative)."""
+        examples, items = [], []
+        for position in positions:
+            original = self.lm_bucket.arranged(position)
+            ids, is_chunk, item = self._lm_item(original)
+            ends = is_chunk and self.chunks[item].ends_document
+            settings = self.chunk_settings if is_chunk else self.text_settings
+            rng = example_rng(self.config.seed, original)
+            examples.append(
+                build_lm_example(
+                    ids, self.layout, self.prefix, self.eos, self.vocab_size, settings, rng, ends
+                )
+            )
+            items.append(-1 - item if is_chunk else item)
+        return examples, items
+
+    def _view_length(self, item: int) -> int:
+        """Characters of an item's views: what decides its padded length (any positive source)."""
+        return sum(len(t[0] or "") for t in self.views.views([item]))
+
+    def view_texts(self, positions: range) -> tuple[Views, list[int]]:
+        items = [self.view_order.item(self.view_bucket.arranged(p)) for p in positions]
+        anchors, positives, negatives = self.views.views(items)
+        if not self.config.hard_negatives:
+            negatives = [None] * len(anchors)
+        return (anchors, positives, negatives), items
 
     def batch(
         self, step: int, micro: int, weights: tuple[float, float, float]
     ) -> tuple[LMBatch | None, ViewBatch | None, dict[str, list[int]]]:
         """This process's micro-batch: the LM batch, the contrastive views, and the item indices used."""
-        positions = self.positions(step, micro)
         device = self.accelerator.device
         lm = views = None
         items: dict[str, list[int]] = {}
         if weights[0] or weights[2]:
-            items["lm"] = self.lm_order.items(positions)
-            examples = [
-                build_lm_example(
-                    self.lm_ids[i],
-                    self.layout,
-                    self.prefix,
-                    self.eos,
-                    self.vocab_size,
-                    self.settings,
-                    example_rng(self.config.seed, p),
-                )
-                for i, p in zip(items["lm"], positions, strict=True)
-            ]
+            examples, items["lm"] = self.lm_examples(self.positions(step, micro))
             lm = collate_lm(examples, self.pad).to(device)
         if weights[1]:
-            items["sscl"] = self.view_order.items(positions)
-            anchors, positives, negatives = self.views.views(items["sscl"])
+            texts, items["sscl"] = self.view_texts(
+                self.positions(step, micro, self.config.contrastive_batch_size)
+            )
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*truncated.*")
                 views = collate_views(
-                    self.tokenizer,
-                    anchors,
-                    positives,
-                    negatives,
-                    self.config.instruction,
-                    self.config.sscl_max_length,
-                    self.pad,
+                    self.tokenizer, *texts, self.config.instruction, self.config.sscl_max_length, self.pad
                 ).to(device)
         return lm, views, items

@@ -10,7 +10,10 @@ A checkpoint is a directory ``<run>/checkpoints/step-00000100/`` holding
 - ``state.json``: the step, the format version and the config the run was started with.
 
 The directory is written under a temporary name and renamed into place, so a run killed at any
-moment leaves only complete checkpoints. The data position is the step (see
+moment leaves only complete checkpoints (and perhaps a ``.step-*.tmp`` directory, which
+:func:`remove_partial_checkpoints` clears and nothing reads). A checkpoint that cannot be read back
+(damaged on disk, copied half) raises :class:`CheckpointError` before anything is restored, so
+the caller can fall back to an older one. The data position is the step (see
 :class:`magnetsdk.train.data.Order`), so it needs no file of its own.
 
 Under FSDP every process holds only a shard of each weight and of its optimizer state.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 import tempfile
@@ -35,6 +39,10 @@ import torch
 
 FORMAT_VERSION = 1
 _PREFIX = "step-"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be read back; nothing was restored from it."""
 
 
 @dataclass
@@ -56,6 +64,21 @@ def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
         if path.is_dir() and path.name.startswith(_PREFIX) and (path / "state.json").is_file():
             found.append(Checkpoint(path, int(path.name[len(_PREFIX) :])))
     return sorted(found, key=lambda c: c.step)
+
+
+def remove_partial_checkpoints(run_dir: Path) -> int:
+    """Delete the temporary directories of checkpoints whose writing was interrupted; their count."""
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return 0
+    partial = [
+        p
+        for p in root.iterdir()
+        if p.is_dir() and p.name.startswith(f".{_PREFIX}") and p.name.endswith(".tmp")
+    ]
+    for path in partial:
+        shutil.rmtree(path, ignore_errors=True)
+    return len(partial)
 
 
 def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
@@ -198,12 +221,9 @@ def load_checkpoint(
     state-dict API, which re-shards them under FSDP (every process must call it then). Without it
     they are copied into the parameters, which must then be unsharded.
     """
-    from safetensors.torch import load_file
-
-    state = json.loads((checkpoint.path / "state.json").read_text(encoding="utf-8"))
+    state, weights, optimizer_state, scheduler_state, rng = read_checkpoint(checkpoint)
     if state.get("format_version", FORMAT_VERSION) > FORMAT_VERSION:
         raise ValueError(f"{checkpoint.path} was written by a newer magnetsdk; upgrade to resume it")
-    weights = load_file(str(checkpoint.path / "trainable.safetensors"))
     missing = sorted(set(trainable) - set(weights))
     unexpected = sorted(set(weights) - set(trainable))
     if missing or unexpected:
@@ -211,7 +231,10 @@ def load_checkpoint(
             f"{checkpoint.path} does not match this model (missing {missing[:3]}, unexpected {unexpected[:3]}); "
             "resume with the same base model and LoRA settings, or start a new output directory"
         )
-    optimizer_state = torch.load(checkpoint.path / "optimizer.pt", weights_only=True)
+    if rank >= len(rng):
+        raise ValueError(
+            f"{checkpoint.path} was written by {len(rng)} process(es); resume with the same number of processes"
+        )
     if model is None:
         with torch.no_grad():
             for name, parameter in trainable.items():
@@ -228,11 +251,24 @@ def load_checkpoint(
         set_model_state_dict(model, weights, options=whole)
         by_name = _by_name(optimizer_state, _optimizer_names(model, optimizer))
         set_optimizer_state_dict(model, optimizer, by_name, options=whole)
-    scheduler.load_state_dict(torch.load(checkpoint.path / "scheduler.pt", weights_only=True))
-    rng = json.loads((checkpoint.path / "rng.json").read_text(encoding="utf-8"))
-    if rank >= len(rng):
-        raise ValueError(
-            f"{checkpoint.path} was written by {len(rng)} process(es); resume with the same number of processes"
-        )
+    scheduler.load_state_dict(scheduler_state)
     set_rng_state(rng[rank])
     return state
+
+
+def read_checkpoint(checkpoint: Checkpoint) -> tuple[dict, dict, dict, dict, list]:
+    """Every file of a checkpoint, read and parsed; a :class:`CheckpointError` if any cannot be."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = checkpoint.path
+    try:
+        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+        weights = load_file(str(path / "trainable.safetensors"))
+        optimizer_state = torch.load(path / "optimizer.pt", weights_only=True)
+        scheduler_state = torch.load(path / "scheduler.pt", weights_only=True)
+        rng = json.loads((path / "rng.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError, SafetensorError) as error:
+        # json.JSONDecodeError is a ValueError; torch.load raises RuntimeError/EOFError on a cut file.
+        raise CheckpointError(f"{path} cannot be read ({type(error).__name__}: {error})") from None
+    return state, weights, optimizer_state, scheduler_state, rng

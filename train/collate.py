@@ -17,6 +17,9 @@ An example is one of three kinds, drawn per example:
     magnet:  BOS t1 t2 GAP t6 t7 t8 t9   SPAN t3 t4 t5 END     context bidirectional, spans causal
     spm:     BOS t6 t7 t8 t9 GAP t1 t2   t3 t4 t5 END          all causal
 
+A next-token example ends in EOS only when its text ends a document (``ends_document``), so the
+model does not learn to stop after every sentence.
+
 Contrastive views are the instruction-prefixed inputs of :func:`magnetsdk.encoding.prepare`, so
 training encodes exactly like ``Magnet.encode``.
 """
@@ -94,10 +97,14 @@ def build_lm_example(
     vocab_size: int,
     settings: LMSettings,
     rng: np.random.Generator,
+    ends_document: bool = True,
 ) -> LMExample:
-    """One training sequence for the text ``ids`` (already within the length budget)."""
+    """One training sequence for the text ``ids`` (already within the length budget).
+
+    ``ends_document``: a next-token example of this text ends in EOS (the document ends here).
+    """
     if settings.msg and rng.random() < settings.no_context_fraction:
-        return _next_token_example(ids, tokens, prefix, eos_id, settings, rng)
+        return _next_token_example(ids, tokens, prefix, eos_id, settings, rng, ends_document)
     mntp_only = not settings.msg or (
         settings.mntp and settings.mntp_fraction > 0 and rng.random() < settings.mntp_fraction
     )
@@ -168,9 +175,10 @@ def _next_token_example(
     eos_id: int,
     settings: LMSettings,
     rng: np.random.Generator,
+    ends_document: bool,
 ) -> LMExample:
-    """``prefix t1 ... tn EOS`` as span tokens: causal next-token prediction (MEAP masks inputs)."""
-    sequence = [*prefix, *ids, eos_id]
+    """``prefix t1 ... tn [EOS]`` as span tokens: causal next-token prediction (MEAP masks inputs)."""
+    sequence = [*prefix, *ids, *([eos_id] if ends_document else [])]
     first = max(len(prefix), 1)  # the first predicted token; it needs a position before it
     inputs = input_mask(sequence, settings.input_mask_probability, tokens.mask_id, len(prefix), rng)
     return LMExample(

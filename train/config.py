@@ -66,6 +66,11 @@ class TrainConfig:
     base_model: str = "default-base"
     data: list[str] = field(default_factory=list)  # .txt / .jsonl / .csv / .tsv text files
     pairs: list[str] = field(default_factory=list)  # .jsonl / .tsv positive pairs
+    # Running text for the next-token examples: one document per text (a .txt line, a .jsonl
+    # record), chunked to max_length; only a document's last chunk ends in EOS. Without documents
+    # the next-token examples come from `data` and never end in EOS (a text is not known to end
+    # a document, and EOS after every one-sentence text teaches the model to stop early).
+    documents: list[str] = field(default_factory=list)
     text_field: str = "text"  # the column of .jsonl / .csv text files
     output_dir: str = "runs/magnet"
     recipe: str = "magnet"
@@ -96,6 +101,13 @@ class TrainConfig:
     max_span_share: float = 0.5  # word spans take at most this share of a text's tokens
     context_loss: bool | None = None  # causal layouts: the context tokens are next-token targets too
     temperature: float = 0.05  # InfoNCE: cosine similarity / temperature
+    hard_negatives: bool = True  # a pair's `negative` (e.g. an SNLI contradiction) joins the candidates
+    # SSCL anchors per micro-batch and process (None: batch_size). Larger batches give more
+    # in-batch negatives; with contrastive_chunk_size the gradient pass runs in chunks (GradCache).
+    contrastive_batch_size: int | None = None
+    # GradCache: embed all views without gradients, then recompute chunks of this many anchors
+    # (with their positives and negatives) with gradients. None: one pass with gradients.
+    contrastive_chunk_size: int | None = None
     instruction: str | None = None  # None: magnetsdk's default instruction (what Magnet.encode uses)
     attention_dropout: float | None = None  # None: 0.1 with dropout positives, else 0.0
     paraphrase_model: str | None = None  # None: the base model
@@ -106,6 +118,12 @@ class TrainConfig:
     sscl_max_length: int = 64  # tokens per contrastive view (longer texts are truncated)
     batch_size: int = 8  # examples per process per micro-batch
     gradient_accumulation: int = 1
+    # Language-modelling examples of this many consecutive batches are sorted by length before
+    # being cut into batches, so a batch holds rows of similar length and little padding. 1: off.
+    bucket_batches: int = 16
+    # One decoder pass for the LM rows and the contrastive views when padding them to one length
+    # costs little (the views are bidirectional, i.e. hybrid rows without span tokens).
+    fuse_passes: bool = True
 
     # --- optimisation
     max_steps: int = 1000
@@ -123,8 +141,9 @@ class TrainConfig:
     mixed_precision: MixedPrecision = MixedPrecision.AUTO
     seed: int = 0
     device: str = "auto"  # auto, cpu or cuda (one process); accelerate launch sets it per process
-    # torch intra-op threads per process (None: torch's default). On a CPU shared with other jobs
-    # use 1: oversubscribed threads made a SmolLM2 step 10x slower in benchmarks/bench_train.py.
+    # torch intra-op threads per process (None: this machine's cores shared among the processes
+    # started on it, i.e. 2 on a 2-core CPU). On a CPU shared with other jobs use 1: oversubscribed
+    # threads made a SmolLM2 step 10x slower in benchmarks/bench_train.py.
     threads: int | None = None
 
     # --- bookkeeping
@@ -132,6 +151,12 @@ class TrainConfig:
     keep_checkpoints: int = 2
     log_every: int = 1
     progress: bool = True
+    # Every eval_every steps (0: never) the main process continues the eval_prefixes (held-out
+    # text, one per line) with nucleus sampling and logs the natural continuation length and the
+    # equal-length rep-4 into metrics.jsonl (see magnetsdk.train.generation_check).
+    eval_every: int = 0
+    eval_prefixes: str | None = None
+    eval_new_tokens: int = 64
 
     def __post_init__(self) -> None:
         if self.recipe not in RECIPES:
@@ -145,6 +170,9 @@ class TrainConfig:
             self.instruction = DEFAULT_INSTRUCTION
         self.data = [str(p) for p in _as_list(self.data)]
         self.pairs = [str(p) for p in _as_list(self.pairs)]
+        self.documents = [str(p) for p in _as_list(self.documents)]
+        if self.contrastive_batch_size is None:
+            self.contrastive_batch_size = self.batch_size
         self.lm_attention = _enum(LMAttention, self.lm_attention, "lm_attention")
         self.positives = _enum(PositiveSource, self.positives, "positives")
         if self.positives is PositiveSource.AUTO:
@@ -162,6 +190,16 @@ class TrainConfig:
     def _validate(self) -> None:
         if not self.data and not self.pairs:
             raise ValueError("no training data: pass text files with data=[...] (--data) and/or pairs=[...]")
+        if self.contrastive_chunk_size is not None and self.contrastive_chunk_size < 1:
+            raise ValueError(
+                f"contrastive_chunk_size={self.contrastive_chunk_size} must be at least 1 (or unset: no chunking)"
+            )
+        if self.eval_every < 0:
+            raise ValueError(f"eval_every={self.eval_every} must be >= 0 (0: no periodic eval)")
+        if self.eval_every and not self.eval_prefixes:
+            raise ValueError(
+                "eval_every > 0 needs eval_prefixes: a file of held-out text, one prefix per line"
+            )
         if self.positives is PositiveSource.PAIRS and not self.pairs and self.sscl_weight:
             raise ValueError("positives='pairs' needs pair files (--pairs); or use positives='dropout'")
         weights = {
@@ -211,7 +249,10 @@ class TrainConfig:
             "max_length",
             "sscl_max_length",
             "batch_size",
+            "contrastive_batch_size",
             "gradient_accumulation",
+            "bucket_batches",
+            "eval_new_tokens",
             "max_steps",
             "save_every",
             "log_every",
@@ -234,7 +275,11 @@ class TrainConfig:
             raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
         if self.warmup_steps < 0 or self.weight_decay < 0 or self.max_grad_norm < 0:
             raise ValueError("warmup_steps, weight_decay and max_grad_norm must be >= 0")
-        if self.sscl_weight and self.batch_size < 2 and self.positives is not PositiveSource.PAIRS:
+        if (
+            self.sscl_weight
+            and self.contrastive_batch_size < 2
+            and self.positives is not PositiveSource.PAIRS
+        ):
             raise ValueError("SSCL needs in-batch negatives: batch_size must be at least 2")
 
     def lm_settings_check(self) -> None:

@@ -5,10 +5,14 @@
 - Pair files (positive views for the contrastive objective): ``.jsonl`` with ``anchor`` and
   ``positive`` (and optionally ``negative``, a hard negative such as a contradiction), or ``.tsv``
   with a header row naming the same columns.
+- Documents (running text for next-token examples): one document per text, its tokens cut into
+  consecutive chunks of the length budget; only the last chunk of a document ends it (EOS).
 - The order: example ``p`` of the run (counting over all steps, micro-batches and processes) is
   item ``perm_e[p mod n]`` of a seeded permutation of epoch ``e = p // n``. The data position is
   therefore a function of the step alone, which makes ``--resume`` exact and lets any number of
-  processes split the same global batch.
+  processes split the same global batch. :class:`BucketedOrder` then sorts the examples of a
+  window of consecutive batches by length and cuts the window into batches again (in a seeded
+  order), still a function of the position alone, so a batch holds rows of similar length.
 
 It knows nothing about models, masks or layouts.
 """
@@ -173,3 +177,59 @@ class Order:
 
     def items(self, positions: range) -> list[int]:
         return [self.item(p) for p in positions]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a document: its token ids and whether the document ends with it."""
+
+    ids: list[int]
+    ends_document: bool
+
+
+def chunk_documents(tokenizer, documents: list[str], budget: int) -> list[Chunk]:
+    """Cut each document's tokens into consecutive chunks of at most ``budget`` tokens.
+
+    Paragraph breaks inside a document are kept as the tokenizer encodes them. A last chunk
+    shorter than ``MIN_TOKENS`` is dropped and the chunk before it then ends the document.
+    """
+    chunks: list[Chunk] = []
+    encoded = tokenizer(documents, add_special_tokens=False)["input_ids"] if documents else []
+    for tokens in encoded:
+        pieces = [tokens[s : s + budget] for s in range(0, len(tokens), budget)]
+        pieces = [p for p in pieces if len(p) >= MIN_TOKENS]
+        chunks.extend(Chunk(p, i == len(pieces) - 1) for i, p in enumerate(pieces))
+    return chunks
+
+
+class BucketedOrder:
+    """Positions grouped into batches of similar length, still a function of the position alone.
+
+    The positions of window ``w`` (``window`` batches of ``batch`` positions) are sorted by the
+    length of the example each reads (``length(position)``), cut into batches, and the batches
+    shuffled with a generator seeded by ``(seed, w)``. ``arranged(p)`` is the original position
+    whose example goes to position ``p``: masks, items and kinds are still drawn from the
+    original position, so bucketing changes only which examples share a batch.
+    """
+
+    def __init__(self, batch: int, window: int, seed: int, length) -> None:
+        self.batch = batch
+        self.window = window
+        self.seed = seed
+        self.length = length
+        self._window = -1
+        self._arranged: list[int] = []
+
+    def arranged(self, position: int) -> int:
+        if self.window <= 1:
+            return position
+        size = self.batch * self.window
+        w = position // size
+        if w != self._window:
+            start = w * size
+            by_length = sorted(range(start, start + size), key=lambda p: (self.length(p), p))
+            batches = [by_length[i : i + self.batch] for i in range(0, size, self.batch)]
+            shuffled = np.random.default_rng([self.seed, w]).permutation(len(batches))
+            self._arranged = [p for b in shuffled for p in batches[b]]
+            self._window = w
+        return self._arranged[position % size]

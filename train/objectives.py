@@ -104,69 +104,170 @@ class StepLosses:
     mntp: float | None
     sscl: float | None
     msg: float | None
+    embeddings: torch.Tensor | None = None  # embed_only: the pooled views (rows of the ViewBatch)
+
+
+def fused_rows_cost(lm: LMBatch, views: ViewBatch) -> tuple[int, int]:
+    """(token slots of one pass over both padded to one length, of two separate passes)."""
+    b_lm, n_lm = lm.input_ids.shape
+    b_v, n_v = views.input_ids.shape
+    return (b_lm + b_v) * max(n_lm, n_v), b_lm * n_lm + b_v * n_v
+
+
+def _pad_columns(x: torch.Tensor, n: int, value) -> torch.Tensor:
+    return torch.nn.functional.pad(x, (0, n - x.shape[1]), value=value)
 
 
 class MagnetObjectives(torch.nn.Module):
     """Wraps the (peft) model so that one ``forward`` computes every loss of a micro-batch.
 
     Going through ``forward`` is what lets DDP (``accelerate launch``) synchronise gradients.
+
+    - The LM rows (MNTP + MSG) take one decoder pass and one LM-head call over the targets of
+      both objectives.
+    - The views take one bidirectional pass; when padding both to one length wastes little
+      (``fuse``, at most ``_FUSE_SLACK`` more token slots), LM rows and views share a single
+      hybrid pass: a view row has no span token, and hybrid attention over a row without span
+      tokens is bidirectional attention.
+    - With ``view_grads`` (GradCache, :mod:`magnetsdk.train.gradcache`) the views of this call are
+      one chunk whose embedding gradients were computed beforehand; the contrastive term is the
+      surrogate ``sum(embedding * gradient)``, whose gradient is the InfoNCE gradient.
+    - ``embed_only`` returns the pooled views (no loss); called under ``torch.no_grad``.
     """
 
-    def __init__(self, model: torch.nn.Module, lm_attention: str, temperature: float) -> None:
+    _FUSE_SLACK = 1.15
+
+    def __init__(
+        self, model: torch.nn.Module, lm_attention: str, temperature: float, fuse: bool = True
+    ) -> None:
         super().__init__()
         self.model = model
         self.lm_attention = AttentionMode(lm_attention)
         self.temperature = temperature
+        self.fuse = fuse
 
     def forward(
-        self, lm: LMBatch | None, views: ViewBatch | None, weights: tuple[float, float, float]
+        self,
+        lm: LMBatch | None,
+        views: ViewBatch | None,
+        weights: tuple[float, float, float],
+        view_grads: torch.Tensor | None = None,
+        embed_only: bool = False,
     ) -> StepLosses:
         w_mntp, w_sscl, w_msg = weights
         world = world_size()
         total = torch.zeros((), device=self._device())
         mntp = msg = sscl = None
+        use_lm = lm is not None and bool(w_mntp or w_msg) and not embed_only
+        use_views = views is not None and (bool(w_sscl) or embed_only)
 
-        if lm is not None and (w_mntp or w_msg):
-            hidden = run_decoder(self.model, lm.input_ids, lm.valid, self.lm_attention, lm.is_span).hidden
-            for name, weight, rows, positions, targets in (
-                ("mntp", w_mntp, lm.mntp_rows, lm.mntp_positions, lm.mntp_targets),
-                ("msg", w_msg, lm.msg_rows, lm.msg_positions, lm.msg_targets),
-            ):
-                if not weight:
-                    continue
-                present = global_sum(torch.tensor(float(targets.numel()), device=hidden.device))
-                count = present.clamp_min(1.0)
-                summed = token_loss_sum(self.model, hidden, rows, positions, targets)
-                total = total + weight * summed / count * world
-                # A global batch without targets of this objective (e.g. no MNTP example drawn) logs none.
-                value = float(global_sum(summed) / count) if float(present) > 0 else None
-                if name == "mntp":
-                    mntp = value
-                else:
-                    msg = value
-
-        if views is not None and w_sscl:
+        lm_hidden = view_hidden = None
+        if use_lm and use_views and self._fusable(lm, views, view_grads):
+            n = max(lm.input_ids.shape[1], views.input_ids.shape[1])
             hidden = run_decoder(
-                self.model, views.input_ids, views.valid, AttentionMode.BIDIRECTIONAL
-            ).hidden  # (2b + h, n, d)
-            pooled = pool(hidden, views.inputs, Pooling.LAST)  # (2b + h, d)
-            b = views.anchors
-            negatives = None
-            if bool(views.has_negative.any()) or world > 1:
-                negatives = torch.zeros_like(pooled[:b])
-                negatives[views.has_negative] = pooled[2 * b :]
-            anchors = gather_keep_local_grad(pooled[:b])
-            positives = gather_keep_local_grad(pooled[b : 2 * b])
-            negative_valid = None
-            if negatives is not None:
-                negatives = gather_keep_local_grad(negatives)
-                negative_valid = gather_keep_local_grad(views.has_negative.to(torch.uint8)).bool()
-            loss = info_nce(anchors, positives, self.temperature, negatives, negative_valid)
-            # Every process computes the same global loss; each back-propagates into its local part.
-            total = total + w_sscl * loss * world
-            sscl = float(loss.detach())
+                self.model,
+                torch.cat([_pad_columns(lm.input_ids, n, 0), _pad_columns(views.input_ids, n, 0)]),
+                torch.cat([_pad_columns(lm.valid, n, False), _pad_columns(views.valid, n, False)]),
+                AttentionMode.HYBRID,
+                torch.cat(
+                    [
+                        _pad_columns(lm.is_span, n, False),
+                        torch.zeros_like(_pad_columns(views.valid, n, False)),
+                    ]
+                ),
+            ).hidden  # (b + 2b' + h, n, d)
+            lm_hidden, view_hidden = hidden[: lm.input_ids.shape[0]], hidden[lm.input_ids.shape[0] :]
+        else:
+            if use_lm:
+                lm_hidden = run_decoder(
+                    self.model, lm.input_ids, lm.valid, self.lm_attention, lm.is_span
+                ).hidden
+            if use_views:
+                view_hidden = run_decoder(
+                    self.model, views.input_ids, views.valid, AttentionMode.BIDIRECTIONAL
+                ).hidden  # (2b + h, n, d)
+
+        if use_lm:
+            total, mntp, msg = self._token_losses(lm, lm_hidden, w_mntp, w_msg, world, total)
+
+        if use_views:
+            pooled = pool(view_hidden, views.inputs, Pooling.LAST)  # (2b + h, d)
+            if embed_only:
+                return StepLosses(total=total, mntp=None, sscl=None, msg=None, embeddings=pooled)
+            if view_grads is not None:
+                # GradCache: the gradient of the global loss wrt these embeddings is known.
+                total = total + w_sscl * (pooled.float() * view_grads).sum() * world
+            else:
+                loss = contrastive_loss(pooled, views, self.temperature)
+                # Every process computes the same global loss; each back-propagates into its local part.
+                total = total + w_sscl * loss * world
+                sscl = float(loss.detach())
 
         return StepLosses(total=total, mntp=mntp, sscl=sscl, msg=msg)
 
+    def _fusable(self, lm: LMBatch, views: ViewBatch, view_grads: torch.Tensor | None) -> bool:
+        if not self.fuse or view_grads is not None or self.lm_attention is AttentionMode.CAUSAL:
+            return False
+        fused, separate = fused_rows_cost(lm, views)
+        fusable = fused <= self._FUSE_SLACK * separate
+        if world_size() > 1:
+            # Every process must make the same number of decoder calls (FSDP gathers each layer's
+            # shards per call): fuse only when every process can.
+            device = lm.input_ids.device
+            fusable = float(global_sum(torch.tensor(0.0 if fusable else 1.0, device=device))) == 0.0
+        return fusable
+
+    def _token_losses(self, lm: LMBatch, hidden, w_mntp: float, w_msg: float, world: int, total):
+        """MNTP and MSG from one LM-head call over the targets of both."""
+        parts = [
+            (lm.mntp_rows, lm.mntp_positions, lm.mntp_targets) if w_mntp else None,
+            (lm.msg_rows, lm.msg_positions, lm.msg_targets) if w_msg else None,
+        ]
+        present = [p for p in parts if p is not None]
+        rows = torch.cat([p[0] for p in present])
+        positions = torch.cat([p[1] for p in present])
+        targets = torch.cat([p[2] for p in present])
+        if targets.numel():
+            logits = logits_at(self.model, hidden[rows, positions])  # (k, V) float32
+            each = F.cross_entropy(logits, targets, reduction="none")  # (k,)
+        else:
+            each = hidden.sum()[None][:0] * 0.0  # keeps the graph (and DDP) happy without targets
+        values: list[float | None] = [None, None]
+        start = 0
+        for index, (part, weight) in enumerate(zip(parts, (w_mntp, w_msg), strict=True)):
+            if part is None:
+                continue
+            k = part[2].numel()
+            summed = each[start : start + k].sum()
+            start += k
+            found = global_sum(torch.tensor(float(k), device=hidden.device))
+            count = found.clamp_min(1.0)
+            total = total + weight * summed / count * world
+            # A global batch without targets of this objective (no MNTP example drawn) logs none.
+            values[index] = float(global_sum(summed) / count) if float(found) > 0 else None
+        return total, values[0], values[1]
+
     def _device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+
+def split_views(views: ViewBatch, pooled: torch.Tensor):
+    """(anchors (b, d), positives (b, d), negatives (b, d) or None) of the pooled rows of ``views``."""
+    b = views.anchors
+    negatives = None
+    if bool(views.has_negative.any()) or world_size() > 1:
+        negatives = torch.zeros_like(pooled[:b])
+        negatives[views.has_negative] = pooled[2 * b :]
+    return pooled[:b], pooled[b : 2 * b], negatives
+
+
+def contrastive_loss(pooled: torch.Tensor, views: ViewBatch, temperature: float) -> torch.Tensor:
+    """The global InfoNCE loss of this process's pooled views and every other process's."""
+    anchors, positives, negatives = split_views(views, pooled)
+    anchors = gather_keep_local_grad(anchors)
+    positives = gather_keep_local_grad(positives)
+    negative_valid = None
+    if negatives is not None:
+        negatives = gather_keep_local_grad(negatives)
+        negative_valid = gather_keep_local_grad(views.has_negative.to(torch.uint8)).bool()
+    return info_nce(anchors, positives, temperature, negatives, negative_valid)

@@ -9,8 +9,12 @@ data loader state needs saving and any process count sees the same examples.
 
 Per optimizer step: ``gradient_accumulation`` micro-batches, each one forward of
 :class:`~magnetsdk.train.objectives.MagnetObjectives` (the shared MNTP + MSG pass and the SSCL
-pass) and one backward; then gradient clipping, AdamW, the warmup-then-decay schedule, a metrics
-record, and every ``save_every`` steps an atomic checkpoint.
+pass, or one fused pass) and one backward, or with GradCache a no-gradient pass over the views
+and one forward/backward per chunk (:mod:`magnetsdk.train.gradcache`); then gradient clipping,
+AdamW, the warmup-then-decay schedule, a metrics record (with the generation check every
+``eval_every`` steps), and every ``save_every`` steps an atomic checkpoint. Building the run
+(threads, accelerator, model, data, LoRA, optimizer, the step to start from) is
+:mod:`magnetsdk.train.startup`.
 
 It knows nothing about the command line.
 """
@@ -18,37 +22,33 @@ It knows nothing about the command line.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
-import random
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from magnetsdk.train.adaptation import make_trainable, trainable_parameters
-from magnetsdk.train.batches import Batches
 from magnetsdk.train.checkpoint import (
     gather_training_state,
-    latest_checkpoint,
     list_checkpoints,
-    load_checkpoint,
     rng_state,
     save_checkpoint,
 )
-from magnetsdk.train.config import MixedPrecision, Schedule, TrainConfig
+from magnetsdk.train.config import TrainConfig
 from magnetsdk.train.export import export_model, gather_weights
+from magnetsdk.train.gradcache import cache_view_gradients, restore_rng
 from magnetsdk.train.metrics import PLOT_NAME, MetricsLog, plot_losses
-from magnetsdk.train.objectives import MagnetObjectives, global_sum
-
-from magnetsdk.layout import resolve_layout_tokens
+from magnetsdk.train.objectives import global_sum
+from magnetsdk.train.startup import (  # noqa: F401 - lr_factor, load_base, seed_everything: public here too
+    RunSetup,
+    load_base,
+    lr_factor,
+    seed_everything,
+    stored_base_name,
+)
 
 CONFIG_RECORD = "train_config.json"
-# Settings that decide which examples a step sees; a resumed run must keep them.
-_RESUME_FIXED = ("seed", "batch_size", "gradient_accumulation", "recipe", "max_length", "base_model")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -66,153 +66,8 @@ class TrainResult:
     main_process: bool = True  # False on the other processes of a distributed run
 
 
-def lr_factor(step: int, warmup: int, total: int, schedule: Schedule) -> float:
-    """Linear warmup over ``warmup`` steps, then linear or cosine decay to 0 at ``total`` (or constant)."""
-    if warmup and step < warmup:
-        return (step + 1) / warmup
-    if schedule is Schedule.CONSTANT:
-        return 1.0
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    if schedule is Schedule.COSINE:
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-    return 1.0 - progress
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def load_base(config: TrainConfig, device: torch.device):
-    """Load the base model (fp32 master weights, sdpa attention) and its tokenizer."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from magnetsdk.loading import resolve
-
-    resolved = resolve(config.base_model)
-    if resolved.adapter is not None:
-        warnings.warn(
-            f"{config.base_model} carries an adapter; training starts from its base model {resolved.name} "
-            "without it (name the base alone, e.g. 'default-base', to say so)",
-            stacklevel=2,
-        )
-    tokenizer = AutoTokenizer.from_pretrained(resolved.base)
-    extra = {"attention_dropout": config.attention_dropout} if config.attention_dropout else {}
-    model = AutoModelForCausalLM.from_pretrained(
-        resolved.base, dtype=torch.float32, attn_implementation="sdpa", **extra
-    )
-    return model.to(device), tokenizer
-
-
-def _stored_base_name(config: TrainConfig) -> str:
-    path = Path(config.base_model).expanduser()
-    return str(path.resolve()) if path.is_dir() else config.base_model
-
-
-class _Run:
-    """The state of one training run in one process."""
-
-    def __init__(self, config: TrainConfig, model, tokenizer, resume: bool) -> None:
-        from accelerate import Accelerator
-        from accelerate.utils import DistributedType
-
-        self.config = config
-        if config.threads:
-            torch.set_num_threads(config.threads)
-        use_cpu = config.device == "cpu" or not torch.cuda.is_available()
-        mixed = config.mixed_precision
-        if mixed is MixedPrecision.AUTO:
-            mixed = MixedPrecision.NO if use_cpu else MixedPrecision.BF16
-        self.accelerator = Accelerator(cpu=use_cpu, mixed_precision=mixed.value)
-        self.rank = self.accelerator.process_index
-        self.world = self.accelerator.num_processes
-        self.main = self.accelerator.is_main_process
-        self.run_dir = Path(config.output_dir)
-        self.sharded = self.accelerator.distributed_type == DistributedType.FSDP
-        if self.sharded and not self.accelerator.is_fsdp2:
-            # FSDP1 flattens a unit's weights into one tensor, all frozen or all trainable unless
-            # use_orig_params; FSDP2 shards each parameter on its own (a DTensor under its usual
-            # name), so LoRA's frozen and trainable weights mix freely and peft's names still hold.
-            raise ValueError(
-                "FSDP version 1 is not supported; set fsdp_version: 2 in the accelerate config "
-                "(see configs/accelerate/fsdp.yaml)"
-            )
-        device = self.accelerator.device
-        # Under FSDP the model is built on the CPU; only each process's shard moves to its device.
-        home = torch.device("cpu") if self.sharded else device
-
-        # ---- model and tokenizer
-        seed_everything(config.seed)  # same LoRA init on every process
-        if model is None:
-            model, tokenizer = load_base(config, home)
-        elif tokenizer is None:
-            raise ValueError("pass the tokenizer together with an in-memory model")
-        if tokenizer.eos_token_id is None:
-            raise ValueError(
-                "the base model's tokenizer has no EOS token; training appends EOS to every contrastive "
-                "view (last-token pooling) and to next-token examples. Set tokenizer.eos_token (e.g. to "
-                "its end-of-text token) or choose a base model that has one"
-            )
-        self.tokenizer = tokenizer
-        self.layout, added = resolve_layout_tokens(tokenizer, None)
-        rows = model.get_input_embeddings().weight.shape[0]
-        if added and len(tokenizer) > rows:
-            model.resize_token_embeddings(len(tokenizer))
-        self.tokens_added = bool(added)
-        new_ids = [tokenizer.convert_tokens_to_ids(t) for t in added]
-
-        # ---- data
-        self.batches = Batches(config, tokenizer, self.layout, model, self.accelerator)
-
-        # ---- what trains
-        self.trained = make_trainable(model.to(home), config, new_ids)
-        parameters = trainable_parameters(self.trained)
-        if not parameters:
-            raise ValueError("nothing to train: the model has no trainable parameters")
-        optimizer = torch.optim.AdamW(
-            parameters.values(), lr=config.learning_rate, weight_decay=config.weight_decay
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            functools.partial(
-                lr_factor, warmup=config.warmup_steps, total=config.max_steps, schedule=config.schedule
-            ),
-        )
-        objectives = MagnetObjectives(self.trained, config.lm_attention.value, config.temperature)
-        # FSDP's auto-wrap gives each class in `_no_split_modules` of the module it wraps its own
-        # shard unit; hand the decoder's layer classes up from the model inside.
-        objectives._no_split_modules = getattr(self.trained, "_no_split_modules", None)
-        # Prepared together: under FSDP accelerate shards the weights in place and points the
-        # optimizer at the shards; under DDP neither changes.
-        self.module, self.optimizer = self.accelerator.prepare(objectives, optimizer)
-        self.parameters = trainable_parameters(self.trained)  # the shards, under FSDP
-
-        # ---- where to start
-        self.start_step = 0
-        self.last_checkpoint: Path | None = None
-        existing = latest_checkpoint(self.run_dir)
-        if existing is not None and not resume:
-            raise FileExistsError(
-                f"{self.run_dir} already holds checkpoints (latest: step {existing.step}); pass --resume to "
-                "continue that run, or choose another --output-dir"
-            )
-        if resume and existing is not None:
-            state = load_checkpoint(
-                existing, self.parameters, self.optimizer, self.scheduler, self.rank, model=self.trained
-            )
-            changed = [k for k in _RESUME_FIXED if state["config"].get(k) != config.to_dict().get(k)]
-            if changed:
-                raise ValueError(
-                    f"cannot resume {existing.path}: {changed} differ from the run that wrote it; "
-                    "resume with the same settings"
-                )
-            self.start_step = existing.step
-            self.last_checkpoint = existing.path
-        elif resume:
-            self.accelerator.print(f"--resume: no checkpoint in {self.run_dir}, starting from step 0")
-        if self.start_step == 0:
-            seed_everything(config.seed + self.rank)  # dropout differs per process, as in any DDP run
+class _Run(RunSetup):
+    """The state of one training run in one process: the loop over the steps of a built run."""
 
     # ------------------------------------------------------------------ loop
 
@@ -256,7 +111,11 @@ class _Run:
                     "tokens_per_s": tokens / seconds,
                     "elapsed_s": time.perf_counter() - started,
                 }
-                if log is not None and ((step + 1) % config.log_every == 0 or step + 1 == config.max_steps):
+                checked = self.check is not None and (step + 1) % config.eval_every == 0
+                if checked:
+                    record.update(self._generation_check())
+                due = (step + 1) % config.log_every == 0 or step + 1 == config.max_steps
+                if log is not None and (due or checked):
                     log.log(record)
                 bar.set_postfix(
                     {k: f"{v:.3f}" for k, v in losses.items() if v is not None}
@@ -298,23 +157,32 @@ class _Run:
         for micro in range(config.gradient_accumulation):
             lm, views, items = self.batches.batch(step, micro, weights)
             tokens += (lm.tokens if lm is not None else 0) + (views.tokens if views is not None else 0)
-            last = micro == config.gradient_accumulation - 1
-            sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.module)
-            with sync:
-                with self.accelerator.autocast():
-                    out = self.module(lm, views, weights)
-                values = {"mntp": out.mntp, "sscl": out.sscl, "msg": out.msg}
-                bad = global_sum(
-                    torch.tensor(0.0 if torch.isfinite(out.total) else 1.0, device=out.total.device)
-                )
-                if bad > 0 or any(v is not None and not math.isfinite(v) for v in values.values()):
-                    self._fail(step, micro, items, values, "loss")
-                self.accelerator.backward(out.total / config.gradient_accumulation)
+            calls, sscl = self._calls(lm, views, weights)
+            values: dict[str, float | None] = {"mntp": None, "sscl": sscl, "msg": None}
+            for index, (lm_part, view_part, grads, rng) in enumerate(calls):
+                last = micro == config.gradient_accumulation - 1 and index == len(calls) - 1
+                sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.module)
+                with sync:
+                    if rng is not None:
+                        restore_rng(rng, self.accelerator.device)
+                    with self.accelerator.autocast():
+                        out = self.module(lm_part, view_part, weights, view_grads=grads)
+                    for key in ("mntp", "msg", "sscl"):
+                        if getattr(out, key) is not None:
+                            values[key] = getattr(out, key)
+                    bad = global_sum(
+                        torch.tensor(0.0 if torch.isfinite(out.total) else 1.0, device=out.total.device)
+                    )
+                    if bad > 0 or any(v is not None and not math.isfinite(v) for v in values.values()):
+                        self._fail(step, micro, items, values, "loss")
+                    self.accelerator.backward(out.total / config.gradient_accumulation)
             for key, value in values.items():
                 if value is not None:
                     accumulated[key].append(value)
             total += sum(
-                w * v for w, v in zip(weights, (out.mntp, out.sscl, out.msg), strict=True) if v is not None
+                w * v
+                for w, v in zip(weights, (values["mntp"], values["sscl"], values["msg"]), strict=True)
+                if v is not None
             )
         if config.max_grad_norm:
             norm = self.accelerator.clip_grad_norm_(list(self.parameters.values()), config.max_grad_norm)
@@ -331,6 +199,33 @@ class _Run:
         losses["loss"] = total / config.gradient_accumulation
         tokens = int(global_sum(torch.tensor(tokens, device=self.accelerator.device)))
         return losses, tokens, time.perf_counter() - started
+
+    def _generation_check(self) -> dict[str, Any]:
+        """The main process's generation figures (:mod:`magnetsdk.train.generation_check`)."""
+        figures: dict[str, Any] = {}
+        if self.sharded:
+            return figures  # every process holds a shard only; generation would need all of them
+        if self.main:
+            figures = self.check(self.trained, self.tokenizer, self.config.base_model)
+        self.accelerator.wait_for_everyone()
+        return figures
+
+    def _calls(self, lm, views, weights):
+        """The forward/backward calls of one micro-batch: (LM rows, views, view gradients, RNG state).
+
+        One call normally; with GradCache (``contrastive_chunk_size`` below the contrastive batch)
+        first a no-gradient pass over all views gives their loss gradients, then one call per
+        chunk, the LM rows going with the first. Returns the calls and the SSCL loss if known.
+        """
+        chunk = self.config.contrastive_chunk_size
+        if views is None or not weights[1] or chunk is None or chunk >= views.anchors:
+            return [(lm, views, None, None)], None
+        with self.accelerator.autocast():
+            cached = cache_view_gradients(self.module, views, chunk, self.config.temperature)
+        calls = [(None, c.views, c.grads, c.rng) for c in cached.chunks]
+        if lm is not None:
+            calls.insert(0, (lm, None, None, None))
+        return calls, cached.loss
 
     def _fail(
         self, step: int, micro: int, items: dict[str, list[int]], values: dict[str, Any], what: str
@@ -398,16 +293,16 @@ class _Run:
             self.trained,
             self.tokenizer,
             self.run_dir,
-            base_model=_stored_base_name(config),
+            base_model=stored_base_name(config),
             instruction=config.instruction,
             layout=self.layout,
             tokens_added=self.tokens_added,
             uses_sscl=config.uses_sscl,
             lm_attention=config.lm_attention.value,
             training=training,
-            infill_layout=config.infill_layout,
             full_weights=config.full_finetune,
             state_dict=weights,
+            infill_layout=config.infill_layout,
         )
 
 
@@ -419,4 +314,8 @@ def train(
     ``model``/``tokenizer`` may be passed in memory (tests, notebooks); otherwise
     ``config.base_model`` is loaded. ``resume=True`` continues from the latest checkpoint.
     """
-    return _Run(config, model, tokenizer, resume).run()
+    threads = torch.get_num_threads()
+    try:
+        return _Run(config, model, tokenizer, resume).run()
+    finally:
+        torch.set_num_threads(threads)  # a library call leaves the process as it found it

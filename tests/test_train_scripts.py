@@ -1,0 +1,45 @@
+"""The data scripts: the held-out STS split never trains, documents end where articles end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # pytest imports test files by path (--import-mode=importlib)
+from test_train_gpu_script import tiny_shared  # noqa: E402
+
+
+def test_prepared_data_keeps_the_heldout_sts_split_out_of_training(tmp_path):
+    shared = tiny_shared(tmp_path / "shared")
+    out = tmp_path / "data"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "prepare_training_data.py"),
+            "--shared",
+            str(shared),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    with open(shared / "stsb" / "sts-train.csv", encoding="utf-8", newline="") as handle:
+        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    held = (out / "sts-heldout.csv").read_text().splitlines()
+    assert held == ["\t".join(r) for i, r in enumerate(rows) if i % 6 == 0]  # rows 0, 6, 12, ...
+    held_sentences = {s for i, r in enumerate(rows) if i % 6 == 0 for s in (r[5], r[6])}
+    texts = set((out / "text.txt").read_text().splitlines())
+    pairs = [json.loads(line) for line in (out / "snli_pairs.jsonl").read_text().splitlines()]
+    documents = [json.loads(line)["text"] for line in (out / "documents.jsonl").read_text().splitlines()]
+    trained = texts | {p[k] for p in pairs for k in ("anchor", "positive", "negative")} | set(documents)
+    assert held_sentences and not held_sentences & trained
+    assert any(r[5] in texts for i, r in enumerate(rows) if i % 6)  # the other rows' sentences do train
+    # One document per WikiText article after the held-out lines, paragraphs joined by line breaks.
+    assert documents and all("\n" in d and not d.startswith("=") for d in documents)
+    assert pairs and all(p["negative"] for p in pairs)
+    assert len((out / "eval_prefixes.txt").read_text().splitlines()) > 0
