@@ -59,3 +59,23 @@ def test_infill_and_generate_produce_text(default_magnet):
     out = default_magnet.generate("The capital of France is", max_new_tokens=12, temperature=0)
     assert "Paris" in out
     assert np.isfinite(default_magnet.encode([""])).all()
+
+
+def test_the_shipped_adapter_infills_in_its_own_layout_from_the_cache(default_magnet):
+    # The shipped adapter was trained before layouts were a setting: it reads as the legacy layout.
+    assert default_magnet.infill_layout.name == default_magnet.config.infill_layout == "magnet"
+    texts = ["The Eiffel Tower is in [GAP], the capital of France.", "She opened the door. [GAP] It was raining."]
+    cached = default_magnet.infill(texts, max_new_tokens=8)
+    full = default_magnet.infill(texts, max_new_tokens=8, use_cache=False)
+    assert [r.span_ids for r in cached] == [r.span_ids for r in full]
+    assert all(r.spans[0].strip() for r in cached)  # a span gets at least one token
+
+
+def test_every_layout_decodes_the_real_model_from_the_cache(default_magnet):
+    from magnetsdk.layout import INFILL_LAYOUTS
+
+    text = "A dog [GAP] in the park while [GAP] play football."
+    for name in INFILL_LAYOUTS:
+        cached = default_magnet.infill(text, max_new_tokens=5, layout=name)
+        full = default_magnet.infill(text, max_new_tokens=5, layout=name, use_cache=False)
+        assert cached.span_ids == full.span_ids, name
