@@ -25,7 +25,7 @@ S="$SHARED/stsb/sts-dev.csv"
 mkdir -p "$OUT/eval"
 started=$(date +%s)
 
-"$PY" scripts/prepare_training_data.py --shared "$SHARED" --out "$DATA"
+"$PY" scripts/prepare_training_data.py --shared "$SHARED" --out "$DATA" --holdout-lines 1000
 [[ -f "$DATA/wikitext-infill.jsonl" ]] || \
   "$PY" scripts/build_infill_set.py "$W" --items 100 --output "$DATA/wikitext-infill.jsonl"
 

@@ -14,7 +14,8 @@ PY=${PY:-.venv/bin/python}
 SHARED=${SHARED:-../shared/data}
 CONFIG=${CONFIG:-configs/train-default.toml}
 if [[ ! -f runs/data/documents.jsonl || ! -f runs/data/sts-heldout.csv ]]; then
-  "$PY" scripts/prepare_training_data.py --shared "$SHARED" --out runs/data
+  # Lines 1-1000 of wiki.valid stay out of training: the infill dev (1-500) and test (501-1000) items.
+  "$PY" scripts/prepare_training_data.py --shared "$SHARED" --out runs/data --holdout-lines 1000
 fi
 args=(train --config "$CONFIG" --resume)
 [[ -n "${THREADS:-}" ]] && args+=(--threads "$THREADS")
