@@ -39,6 +39,27 @@ def special_prefix(tokenizer) -> list[int]:
     return [t for t in empty if t != tokenizer.eos_token_id]
 
 
+def pad_id(tokenizer) -> int:
+    """The id batches are padded with: the tokenizer's pad token, else its EOS (padding is masked
+    out everywhere, so it only has to be a valid id)."""
+    chosen = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if chosen is None:
+        raise ValueError("the tokenizer has neither a pad nor an EOS token; set tokenizer.pad_token")
+    return chosen
+
+
+def fit_embeddings(model, tokenizer) -> bool:
+    """Give every token of ``tokenizer`` a row in the model's (possibly tied) embedding matrix.
+
+    Added layout tokens need rows; an adapted model that added them carries the trained rows in its
+    adapter, an unadapted one gets fresh ones. Returns whether the matrix was resized.
+    """
+    if len(tokenizer) <= model.get_input_embeddings().weight.shape[0]:
+        return False
+    model.resize_token_embeddings(len(tokenizer))
+    return True
+
+
 def eos_id(tokenizer) -> int:
     if tokenizer.eos_token_id is None:
         raise ValueError(

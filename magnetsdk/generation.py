@@ -13,6 +13,7 @@ import torch
 
 from magnetsdk.attention import AttentionMode
 from magnetsdk.decoding import Continuation, Prompt, Sampling, check_decoding, decode
+from magnetsdk.encoding import pad_id
 
 
 @dataclass
@@ -67,7 +68,7 @@ def generate_texts(
         raise ValueError("every prompt is empty after tokenization; give at least one prompt with text")
     if any(not e for e in encoded):
         raise ValueError("an empty prompt gives the model nothing to continue; pass some text")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = pad_id(tokenizer)
     eos = tokenizer.eos_token_id
     stop_ids = frozenset() if eos is None else frozenset({eos})
     programs = [
@@ -79,7 +80,7 @@ def generate_texts(
         programs,
         AttentionMode.CAUSAL,
         settings.sampling,
-        pad_id,
+        pad,
         first_row=first_row,
     )
     return [tokenizer.decode(p.tokens, skip_special_tokens=True) for p in programs]

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from magnetsdk.config import CONFIG_NAME, MagnetConfig
+from magnetsdk.encoding import fit_embeddings
 from magnetsdk.files import file_sha256
 from magnetsdk.model_dir import read_manifest
 from magnetsdk.st_layout import restore_post_processor
@@ -302,8 +303,8 @@ def load_model_and_tokenizer(
     manifest = read_manifest(tokenizer_source) if Path(tokenizer_source).is_dir() else None
     if manifest is not None and manifest.tokenizer_appends_eos:
         restore_post_processor(tokenizer, manifest.tokenizer_post_processor)
-    if resolved.adapter is not None and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
-        model.resize_token_embeddings(len(tokenizer))
+    if resolved.adapter is not None:
+        fit_embeddings(model, tokenizer)  # training added layout tokens: the adapter carries their rows
     if resolved.adapter is not None and apply_adapter:
         if resolved.config is not None and resolved.config.mixture:
             from magnetsdk.experts import load_mixture

@@ -22,7 +22,7 @@ from magnetsdk.attention import AttentionMode
 from magnetsdk.checks import check_max_length, check_temperature, check_texts, truncate_prompts
 from magnetsdk.config import MagnetConfig, Pooling, choice
 from magnetsdk.decoding import Sampling, check_decoding
-from magnetsdk.encoding import embed, prepare, special_prefix
+from magnetsdk.encoding import embed, fit_embeddings, pad_id, prepare, special_prefix
 from magnetsdk.forward import lm_head
 from magnetsdk.generation import GenerationSettings, generate_texts
 from magnetsdk.infilling import (
@@ -105,21 +105,15 @@ class Magnet:
         self.name = name
         self.layout: LayoutTokens
         self.layout, added = resolve_layout_tokens(tokenizer, self.config.layout_tokens or None)
-        if added and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
-            # New tokens need rows in the (possibly tied) embedding matrix; an adapted model that
-            # added them carries the trained rows, an unadapted one gets fresh ones.
-            model.resize_token_embeddings(len(tokenizer))
+        if added:
+            fit_embeddings(model, tokenizer)
         self.config.layout_tokens = self.layout.strings()
         self._adapter = adapter
         self._adapter_sha256 = adapter_sha256
         self._weights_sha256 = weights_sha256
         self._lock = threading.RLock()
         self._prefix = special_prefix(tokenizer)
-        self._pad_id = (
-            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        )
-        if self._pad_id is None:
-            raise ValueError("the tokenizer has neither a pad nor an EOS token; set tokenizer.pad_token")
+        self._pad_id = pad_id(tokenizer)
         # A fitted first principal component applied to every embedding (semantic alignment), if any.
         self.principal_shift: PrincipalShift | None = None
         # Keys/values of recently answered contexts (see Magnet.answer and magnetsdk.answering).

@@ -64,7 +64,10 @@ def test_infill_and_generate_produce_text(default_magnet):
 def test_the_shipped_adapter_infills_in_its_own_layout_from_the_cache(default_magnet):
     # The shipped adapter was trained before layouts were a setting: it reads as the legacy layout.
     assert default_magnet.infill_layout.name == default_magnet.config.infill_layout == "magnet"
-    texts = ["The Eiffel Tower is in [GAP], the capital of France.", "She opened the door. [GAP] It was raining."]
+    texts = [
+        "The Eiffel Tower is in [GAP], the capital of France.",
+        "She opened the door. [GAP] It was raining.",
+    ]
     cached = default_magnet.infill(texts, max_new_tokens=8)
     full = default_magnet.infill(texts, max_new_tokens=8, use_cache=False)
     assert [r.span_ids for r in cached] == [r.span_ids for r in full]

@@ -52,7 +52,7 @@ from magnetsdk.train.views import (
     load_paraphrase_cache,
 )
 
-from magnetsdk.encoding import eos_id, special_prefix
+from magnetsdk.encoding import eos_id, pad_id, special_prefix
 from magnetsdk.layout import LayoutTokens
 
 
@@ -70,7 +70,7 @@ class Batches:
         self.vocab_size = min(len(tokenizer), model.get_input_embeddings().weight.shape[0])
         self.prefix = special_prefix(tokenizer)
         self.eos = eos_id(tokenizer)
-        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos
+        self.pad = pad_id(tokenizer)
         self.chunks = []
         self._load_data(model)
 

@@ -33,6 +33,7 @@ from magnetsdk.train.config import MixedPrecision, Schedule, TrainConfig
 from magnetsdk.train.generation_check import GenerationCheck
 from magnetsdk.train.objectives import MagnetObjectives
 
+from magnetsdk.encoding import fit_embeddings
 from magnetsdk.layout import resolve_layout_tokens
 
 # Settings that decide which examples a step sees; a resumed run must keep them.
@@ -173,9 +174,8 @@ class RunSetup:
             )
         self.tokenizer = tokenizer
         self.layout, added = resolve_layout_tokens(tokenizer, None)
-        rows = model.get_input_embeddings().weight.shape[0]
-        if added and len(tokenizer) > rows:
-            model.resize_token_embeddings(len(tokenizer))
+        if added:
+            fit_embeddings(model, tokenizer)
         self.tokens_added = bool(added)
         self.new_ids = [tokenizer.convert_tokens_to_ids(t) for t in added]
         return model

@@ -30,6 +30,7 @@ from magnetsdk.train.trainer import lr_factor, seed_everything
 
 from magnetsdk.attention import AttentionMode
 from magnetsdk.encoding import pad_batch
+from magnetsdk.encoding import pad_id as padding_id
 from magnetsdk.experts import (
     MixtureError,
     balance_loss,
@@ -157,7 +158,7 @@ def train_gates(config: UBMoEConfig, resume: bool = False) -> UBMoEResult:
     if not tokenized.ids:
         raise ValueError(f"{config.data}: no text of at least a few tokens to train on")
     order = Order(len(tokenized.ids), config.seed)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad_id = padding_id(tokenizer)
 
     gates = {name: p for name, p in model.named_parameters() if p.requires_grad}
     optimizer = torch.optim.AdamW(gates.values(), lr=config.learning_rate, weight_decay=0.0)
