@@ -25,9 +25,10 @@ S="$SHARED/stsb/sts-dev.csv"
 mkdir -p "$OUT/eval"
 started=$(date +%s)
 
-"$PY" scripts/prepare_training_data.py --shared "$SHARED" --out "$DATA" --holdout-lines 1000
-[[ -f "$DATA/wikitext-infill.jsonl" ]] || \
-  "$PY" scripts/build_infill_set.py "$W" --items 100 --output "$DATA/wikitext-infill.jsonl"
+# Lines 1-1000 of wiki.valid stay out of training: the infill dev (1-500) and test (501-1000) items.
+"$PY" scripts/prepare_training_data.py --shared "$SHARED" --out "$DATA" --holdout-lines "${HOLDOUT_LINES:-1000}"
+[[ -f "$DATA/infill-test.jsonl" ]] || \
+  "$PY" scripts/build_infill_set.py "$W" --items 200 --lines "${INFILL_LINES:-501-1000}" --output "$DATA/infill-test.jsonl"
 
 train=(train --config "$CONFIG" --output-dir "$OUT/adapter" --device "$DEVICE" --resume
   --data "$DATA/text.txt" --documents "$DATA/documents.jsonl" --pairs "$DATA/snli_pairs.jsonl"
@@ -62,6 +63,6 @@ for who in adapter base; do
     --top-p 0.9 --temperature 1.0 --seed 0 "${m[@]}" -o "$OUT/eval/$who-repetition.json"
   "${MAGNET[@]}" eval repetition "$W" --limit "${EVAL_LIMIT:-100}" --prefix-tokens 32 --new-tokens 128 \
     --top-p 0.9 --temperature 1.0 --seed 0 --full-length "${m[@]}" -o "$OUT/eval/$who-repetition-full.json"
-  "${MAGNET[@]}" eval infill "$DATA/wikitext-infill.jsonl" "${m[@]}" "${limit[@]}" -o "$OUT/eval/$who-infill.json"
+  "${MAGNET[@]}" eval infill "$DATA/infill-test.jsonl" "${m[@]}" "${limit[@]}" --generate 40 -o "$OUT/eval/$who-infill.json"
 done
 "$PY" scripts/collect_eval.py "$OUT" --train-s $((trained - started)) --total-s $(( $(date +%s) - started ))

@@ -62,6 +62,8 @@ def test_gpu_script_runs_on_the_cpu_with_a_tiny_model(tmp_path, base_dir):
         "SHARED": str(shared),
         "OUT": str(out),
         "DATA": str(tmp_path / "data"),
+        "HOLDOUT_LINES": "500",  # the tiny WikiText file has fewer than 1000 lines
+        "INFILL_LINES": "1-500",
         "DEVICE": "cpu",
         "STEPS": "2",
         "BASE": base_dir,
