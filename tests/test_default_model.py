@@ -62,8 +62,8 @@ def test_infill_and_generate_produce_text(default_magnet):
 
 
 def test_the_shipped_adapter_infills_in_its_own_layout_from_the_cache(default_magnet):
-    # The shipped adapter was trained before layouts were a setting: it reads as the legacy layout.
-    assert default_magnet.infill_layout.name == default_magnet.config.infill_layout == "magnet"
+    # Trained in the magnet layout, served in spm: measured better on held-out items (docs/results.md).
+    assert default_magnet.infill_layout.name == default_magnet.config.infill_layout == "spm"
     texts = [
         "The Eiffel Tower is in [GAP], the capital of France.",
         "She opened the door. [GAP] It was raining.",
