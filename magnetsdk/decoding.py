@@ -170,10 +170,6 @@ class Past:
     valid: torch.Tensor  # (b, p) bool
     is_span: torch.Tensor  # (b, p) bool
 
-    @property
-    def length(self) -> int:
-        return self.valid.shape[1]
-
 
 def left_pad(
     prompts: Sequence[Prompt], pad_id: int, device: torch.device

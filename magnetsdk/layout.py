@@ -141,6 +141,21 @@ def infill_layout(name: str | InfillLayout) -> InfillLayout:
         raise ValueError(f"infill layout {name!r} is not one of {sorted(INFILL_LAYOUTS)}") from None
 
 
+def check_span_training(
+    layout: InfillLayout, mntp: bool, msg: bool, msg_mask_fraction: float, context_loss: bool
+) -> None:
+    """The rules a layout sets for missing-span training (the collator and TrainConfig both check them)."""
+    if not layout.bidirectional_context and mntp and msg and msg_mask_fraction > 0:
+        raise ValueError(
+            f"the {layout.name!r} layout reads its context causally, so MSG examples cannot be "
+            "MNTP-masked too; set msg_mask_fraction=0 (MNTP then trains in its own examples)"
+        )
+    if context_loss and layout.bidirectional_context:
+        raise ValueError(
+            f"context_loss needs a causal layout; under {layout.name!r} a context token sees itself"
+        )
+
+
 @dataclass
 class LaidOut:
     """One laid-out sequence; lists of equal length."""

@@ -40,7 +40,14 @@ from magnetsdk.train.masking import (
 )
 
 from magnetsdk.encoding import EncodeInput, pad_batch, prepare
-from magnetsdk.layout import LEGACY_INFILL_LAYOUT, InfillLayout, LayoutTokens, infill_layout, lay_out
+from magnetsdk.layout import (
+    LEGACY_INFILL_LAYOUT,
+    InfillLayout,
+    LayoutTokens,
+    check_span_training,
+    infill_layout,
+    lay_out,
+)
 
 
 @dataclass
@@ -68,15 +75,7 @@ class LMSettings:
         self.layout = infill_layout(self.layout)
         if self.span_shapes is not None and self.boundaries is None:
             raise ValueError("word-boundary spans need the tokenizer's WordBoundaries")
-        if not self.layout.bidirectional_context and self.mntp and self.msg and self.msg_mask_fraction > 0:
-            raise ValueError(
-                f"the {self.layout.name!r} layout reads its context causally, so MSG examples cannot be "
-                "MNTP-masked too; set msg_mask_fraction=0 (MNTP then trains in its own examples)"
-            )
-        if self.context_loss and self.layout.bidirectional_context:
-            raise ValueError(
-                f"context_loss needs a causal layout; under {self.layout.name!r} a context token sees itself"
-            )
+        check_span_training(self.layout, self.mntp, self.msg, self.msg_mask_fraction, self.context_loss)
 
 
 @dataclass

@@ -283,10 +283,10 @@ class TrainConfig:
             raise ValueError("SSCL needs in-batch negatives: batch_size must be at least 2")
 
     def lm_settings_check(self) -> None:
-        """The span settings' own checks (layout name, shares), with the messages of the collator."""
+        """The span settings' checks (layout name, shares, the layout's rules), before any data is read."""
         from magnetsdk.train.masking import SpanShapes
 
-        from magnetsdk.layout import infill_layout
+        from magnetsdk.layout import check_span_training, infill_layout
 
         layout = infill_layout(self.infill_layout)
         SpanShapes(
@@ -296,18 +296,21 @@ class TrainConfig:
             self.phrase_max_words,
             self.max_span_share,
         )
-        if not layout.bidirectional_context and self.msg_weight:
-            if self.mntp_weight and self.msg_mask_fraction:
-                raise ValueError(
-                    f"infill_layout={layout.name!r} reads its context causally, so MSG examples cannot be "
-                    "MNTP-masked too; set msg_mask_fraction=0 (MNTP then trains in its own examples)"
-                )
-            if self.lm_attention is not LMAttention.HYBRID and self.mntp_weight:
-                raise ValueError("MNTP beside a causal infill layout needs lm_attention='hybrid'")
-        if self.context_loss and layout.bidirectional_context:
-            raise ValueError(
-                f"context_loss needs a causal infill layout; under {layout.name!r} a context token sees itself"
-            )
+        check_span_training(
+            layout,
+            bool(self.mntp_weight),
+            bool(self.msg_weight),
+            self.msg_mask_fraction,
+            bool(self.context_loss),
+        )
+        causal_layout = not layout.bidirectional_context
+        if (
+            causal_layout
+            and self.msg_weight
+            and self.mntp_weight
+            and self.lm_attention is not LMAttention.HYBRID
+        ):
+            raise ValueError("MNTP beside a causal infill layout needs lm_attention='hybrid'")
 
     # ------------------------------------------------------------------ views
 
