@@ -36,15 +36,10 @@ from pathlib import Path
 import torch
 
 from magnetsdk import Index, Magnet
-from magnetsdk.answering import (
-    AnswerSettings,
-    ContextCache,
-    answer_from_hits,
-    decode_answer,
-    framing,
-    lay_out_answer,
-    reference_nll,
-)
+from magnetsdk.answer_layout import framing, lay_out_answer
+from magnetsdk.answering import AnswerSettings, answer_from_hits, decode_answer
+from magnetsdk.context_cache import ContextCache
+from magnetsdk.eval.answers import reference_nll
 from magnetsdk.config import atomic_write_text
 from magnetsdk.index import Hit
 
@@ -71,12 +66,12 @@ def long_text(path: Path, characters: int) -> str:
 
 def latency(magnet: Magnet, sizes: list[int], answer_tokens: int, repeats: int, source: Path) -> list[dict]:
     tokens = magnet.tokenizer(long_text(source, 8 * max(sizes)), add_special_tokens=False)["input_ids"]
-    _, prompt = lay_out_answer(magnet.tokenizer, magnet._prefix, ["x"], LATENCY_QUESTION)
+    _, prompt = lay_out_answer(magnet.tokenizer, magnet.prefix, ["x"], LATENCY_QUESTION)
     rows = []
     for size in sizes:
         if len(tokens) < size:
             raise SystemExit(f"{source} gives only {len(tokens)} tokens; cannot build a {size}-token context")
-        context = magnet._prefix + tokens[: size - len(magnet._prefix)]
+        context = magnet.prefix + tokens[: size - len(magnet.prefix)]
         runs: dict[str, list] = {"causal": [], "hybrid miss": [], "hybrid hit": []}
         for _ in range(repeats):
             cache = ContextCache(max_entries=1)
@@ -115,7 +110,7 @@ def quality(
     """Answers from the gold paragraph (and, with ``retrieved``, from the top-1 retrieved chunk)
     under both layouts; ``on_item`` gets the result so far after every question."""
     sources = ("gold", "retrieved") if retrieved else ("gold",)
-    chat, template = framing(magnet.tokenizer, AnswerSettings())
+    chat, template = framing(magnet.tokenizer)
     per_item: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         index = Index.create(Path(tmp) / "idx", magnet, chunk_tokens=512, chunk_overlap=0)
@@ -135,7 +130,7 @@ def quality(
             written = item["answer"] if chat else " " + item["answer"]
             reference = magnet.tokenizer(written, add_special_tokens=False)["input_ids"]
             context, prompt = lay_out_answer(
-                magnet.tokenizer, magnet._prefix, [item["paragraph"]], item["question"], template, chat
+                magnet.tokenizer, magnet.prefix, [item["paragraph"]], item["question"], template, chat
             )
             for reuse in (False, True):
                 layout = "hybrid" if reuse else "causal"
@@ -143,7 +138,7 @@ def quality(
                 with magnet.lock, torch.inference_mode():
                     for source in sources:
                         got = answer_from_hits(
-                            magnet.model, magnet.tokenizer, magnet._prefix, magnet.layout, item["question"],
+                            magnet.model, magnet.tokenizer, magnet.prefix, magnet.layout, item["question"],
                             hits[source], settings,
                         )  # fmt: skip
                         record[f"{source}_{layout}"] = got.text

@@ -109,8 +109,8 @@ def bench_infill(magnet: Magnet, context_tokens: int, span_tokens: int, repeats:
                 magnet.model,
                 contexts,
                 magnet.layout,
-                magnet._prefix,
-                magnet._pad_id,
+                magnet.prefix,
+                magnet.pad_id,
                 use_cache=use_cache,
                 **settings,
             )
@@ -123,7 +123,7 @@ def bench_infill(magnet: Magnet, context_tokens: int, span_tokens: int, repeats:
     cached, full = statistics.median(times["cached"]), statistics.median(times["recompute"])
     generated = len(spans_cached[0][0])
     return {
-        "context_tokens": len(magnet._prefix) + len(ids) + 1 + 1,  # prefix, text, GAP, SPAN
+        "context_tokens": len(magnet.prefix) + len(ids) + 1 + 1,  # prefix, text, GAP, SPAN
         "span_tokens_generated": generated,
         "greedy_outputs_equal": spans_cached == spans_full,
         "cached_seconds_median": cached,

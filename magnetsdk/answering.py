@@ -1,52 +1,40 @@
-"""Answers from one model: the retrieved chunks are the context, the question and answer are decoded after them.
+"""Answers from one model: the retrieved chunks are the context, the answer is decoded after the question.
 
-An answer is laid out as one sequence, the same way for both attention modes::
-
-    [BOS] chunk 1 \\n\\n chunk 2 \\n\\n ... chunk k  |  \\n\\n Question: ... \\n Answer:  a1 a2 ...
-    context                                    |  span block (prompt, then the generated answer)
-    0 ...                                  C-1 |  C ...
+The tokens are laid out by :mod:`magnetsdk.answer_layout`; this module decodes after them:
 
 - ``reuse=True`` (the hybrid layout): the context attends bidirectionally within itself, the span
   block attends causally and sees all of the context. No context token ever looks at a span token,
   so the context's keys and values do not depend on the question: they are computed once (the
-  prefill), kept in a :class:`ContextCache` keyed by the retrieved chunks, and a second question
-  over the same chunks starts decoding straight from them. This is GritLM's document caching; a
-  MAGNET-trained model was trained on exactly this pattern (missing-span generation), a model that
-  was never adapted was not and answers worse under it.
+  prefill), kept in a :class:`magnetsdk.context_cache.ContextCache` keyed by the retrieved chunks,
+  and a second question over the same chunks starts decoding straight from them. This is GritLM's
+  document caching; a MAGNET-trained model was trained on exactly this pattern (missing-span
+  generation), a model that was never adapted was not and answers worse under it.
 - ``reuse=False`` (the baseline): the same tokens, read with the model's native causal attention;
   nothing is cached between calls.
 
-Position ids count real tokens, so the span block continues at ``C`` (the layout's rule). With a
-chat template (``chat``), the context opens with the template's head and the prompt closes the user
-turn and opens the assistant's; the split between context and span block is the same.
-
-This module knows nothing about indexes or thread safety: :meth:`magnetsdk.Magnet.answer` retrieves
-the hits and holds the model's lock; here the hits become tokens, keys/values and an answer.
+Decoding is :mod:`magnetsdk.decoding`'s engine; :mod:`magnetsdk.eval.answers` scores a reference
+answer under the same layout. This module knows nothing about indexes or thread safety:
+:meth:`magnetsdk.Magnet.answer` retrieves the hits and holds the model's lock; here the hits become
+tokens, keys/values and an answer.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from magnetsdk.answer_layout import framing, lay_out_answer
 from magnetsdk.attention import AttentionMode
+from magnetsdk.context_cache import CachedContext, ContextCache, context_key
 from magnetsdk.decoding import Continuation, Past, Prompt, Sampling, check_decoding, decode, prefill
-from magnetsdk.forward import logits_at, run_decoder
 from magnetsdk.layout import LayoutTokens
 
 if TYPE_CHECKING:  # magnetsdk.index imports faiss; answering only reads the hits' fields
     from magnetsdk.index.documents import Hit
-
-DEFAULT_TEMPLATE = "Question: {question}\nAnswer:"
-# Under a chat template the assistant's turn follows, so the prompt asks for the answer's form instead.
-CHAT_TEMPLATE = "Question: {question}\nAnswer in a few words, copied from the text."
-PASSAGE_SEPARATOR = "\n\n"
 
 
 @dataclass(frozen=True)
@@ -118,120 +106,6 @@ class Answer:
                 for h in self.hits
             ],
         }
-
-
-# ---------------------------------------------------------------------- the context cache
-
-
-@dataclass
-class CachedContext:
-    cache: Any  # the model's key/value cache, holding exactly the context's tokens
-    length: int  # C
-
-
-class ContextCache:
-    """Least-recently-used keys/values of recent contexts, keyed by :func:`context_key`.
-
-    An entry costs ``2 * layers * kv_heads * head_dim * C`` numbers (about 45 kB per token for
-    SmolLM2-135M in fp32), so keep ``max_entries`` small for long contexts. Entries are valid for
-    one model only; a :class:`magnetsdk.Magnet` owns one.
-    """
-
-    def __init__(self, max_entries: int = 4) -> None:
-        if max_entries < 0:
-            raise ValueError(f"max_entries={max_entries} must be >= 0 (0 disables the cache)")
-        self.max_entries = max_entries
-        self._entries: OrderedDict[str, CachedContext] = OrderedDict()
-
-    def get(self, key: str) -> CachedContext | None:
-        entry = self._entries.get(key)
-        if entry is not None:
-            self._entries.move_to_end(key)
-        return entry
-
-    def put(self, key: str, entry: CachedContext) -> None:
-        if self.max_entries == 0:
-            return
-        self._entries[key] = entry
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
-
-    def discard(self, key: str) -> None:
-        self._entries.pop(key, None)
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._entries
-
-
-def context_key(hits: list[Hit], context_ids: list[int]) -> str:
-    """The cache key of a context: its chunks' ids and text hashes, in order, and its exact tokens
-    (which also capture the framing and the tokenizer)."""
-    digest = hashlib.sha256()
-    for hit in hits:
-        text_hash = hashlib.sha256(hit.text.encode("utf-8")).hexdigest()
-        digest.update(f"{hit.document_id}\0{hit.chunk_id}\0{text_hash}\n".encode())
-    digest.update(",".join(map(str, context_ids)).encode())
-    return digest.hexdigest()
-
-
-# ---------------------------------------------------------------------- tokens
-
-
-def lay_out_answer(
-    tokenizer,
-    prefix: list[int],
-    passages: list[str],
-    question: str,
-    template: str = DEFAULT_TEMPLATE,
-    chat: bool = False,
-) -> tuple[list[int], list[int]]:
-    """The context ids (prefix + passages) and the prompt ids (separator + filled template).
-
-    ``chat=True`` wraps both in the tokenizer's chat template as one user message: the context
-    then starts with the template's head (system prompt, user turn) instead of ``prefix``, and the
-    prompt ends with the end of the turn and the assistant's opening.
-    """
-    passages_text = PASSAGE_SEPARATOR.join(passages)
-    tail = ""
-    if chat:
-        head, tail = _chat_frame(tokenizer)
-        context = tokenizer(head + passages_text, add_special_tokens=False)["input_ids"]
-    else:
-        context = list(prefix) + tokenizer(passages_text, add_special_tokens=False)["input_ids"]
-    prompt_text = PASSAGE_SEPARATOR + template.format(question=question) + tail
-    return context, tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
-
-
-# A private-use character marks where the user's message goes when the chat template is rendered.
-_CONTENT = "\ue000"
-
-
-def _chat_frame(tokenizer) -> tuple[str, str]:
-    """The chat template's text before and after a user message's content."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError("chat=True, but this tokenizer has no chat template; pass chat=False")
-    rendered = tokenizer.apply_chat_template(
-        [{"role": "user", "content": _CONTENT}], add_generation_prompt=True, tokenize=False
-    )
-    if rendered.count(_CONTENT) != 1:
-        raise ValueError(
-            "this tokenizer's chat template does not place the user message once; pass chat=False"
-        )
-    head, tail = rendered.split(_CONTENT)
-    return head, tail
-
-
-def framing(tokenizer, settings: AnswerSettings) -> tuple[bool, str]:
-    """Whether the chat template frames the answer, and the prompt template, for these settings."""
-    chat = settings.chat if settings.chat is not None else bool(getattr(tokenizer, "chat_template", None))
-    return chat, settings.template or (CHAT_TEMPLATE if chat else DEFAULT_TEMPLATE)
 
 
 def check_question(question: object) -> str:
@@ -331,30 +205,6 @@ def decode_answer(
     return Decoded(program.tokens, prefill_seconds, time.perf_counter() - started - prefill_seconds, hit)
 
 
-def reference_nll(
-    model: torch.nn.Module,
-    context_ids: list[int],
-    prompt_ids: list[int],
-    reference_ids: list[int],
-    reuse: bool,
-) -> float:
-    """Mean negative log-likelihood (nats per token) of ``reference_ids`` as the answer, teacher-forced,
-    under the hybrid (``reuse=True``) or causal layout. One forward pass, no cache."""
-    if not reference_ids:
-        raise ValueError("the reference answer is empty")
-    device = next(model.parameters()).device
-    ids = torch.tensor([context_ids + prompt_ids + reference_ids], device=device)  # (1, n)
-    valid = torch.ones_like(ids, dtype=torch.bool)
-    is_span = valid.clone()
-    is_span[:, : len(context_ids)] = False
-    mode = AttentionMode.HYBRID if reuse else AttentionMode.CAUSAL
-    hidden = run_decoder(model, ids, valid, mode, is_span).hidden  # (1, n, d)
-    start = len(context_ids) + len(prompt_ids)
-    logits = logits_at(model, hidden[0, start - 1 : -1])  # (r, V): each predicts the next token
-    targets = torch.tensor(reference_ids, device=device)
-    return float(torch.nn.functional.cross_entropy(logits, targets))
-
-
 # ---------------------------------------------------------------------- one answer
 
 
@@ -376,7 +226,7 @@ def answer_from_hits(
             "no chunks were retrieved for the question (the filter left none?); "
             "there is nothing to answer from"
         )
-    chat, template = framing(tokenizer, settings)
+    chat, template = framing(tokenizer, settings.chat, settings.template)
     context_ids, prompt_ids = lay_out_answer(
         tokenizer, prefix, [h.text for h in hits], question, template, chat
     )

@@ -17,10 +17,11 @@ import numpy as np
 import torch
 
 from magnetsdk.alignment import PrincipalShift, ShiftMode, key_tokens
-from magnetsdk.answering import Answer, AnswerSettings, ContextCache, answer_from_hits, check_question
+from magnetsdk.answering import Answer, AnswerSettings, answer_from_hits, check_question
 from magnetsdk.attention import AttentionMode
 from magnetsdk.checks import check_max_length, check_temperature, check_texts, truncate_prompts
 from magnetsdk.config import MagnetConfig, Pooling, choice
+from magnetsdk.context_cache import ContextCache
 from magnetsdk.decoding import Sampling, check_decoding
 from magnetsdk.encoding import embed, fit_embeddings, pad_id, prepare, special_prefix
 from magnetsdk.forward import lm_head

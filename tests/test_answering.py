@@ -11,14 +11,10 @@ from click.testing import CliRunner
 from magnetsdk.cli.main import cli
 
 from magnetsdk import Index
-from magnetsdk.answering import (
-    AnswerSettings,
-    CachedContext,
-    ContextCache,
-    decode_answer,
-    lay_out_answer,
-    reference_nll,
-)
+from magnetsdk.answer_layout import lay_out_answer
+from magnetsdk.answering import AnswerSettings, decode_answer
+from magnetsdk.context_cache import CachedContext, ContextCache
+from magnetsdk.eval.answers import reference_nll
 from magnetsdk.attention import AttentionMode
 from magnetsdk.forward import logits_at, run_decoder
 from magnetsdk.index import EmptyIndexError, IndexMismatchError
@@ -37,7 +33,7 @@ DOCS = [
 
 
 def laid_out(magnet, question: str = "Where did the cat sit?"):
-    return lay_out_answer(magnet.tokenizer, magnet._prefix, PASSAGES, question)
+    return lay_out_answer(magnet.tokenizer, magnet.prefix, PASSAGES, question)
 
 
 def recompute(model, context: list[int], prompt: list[int], steps: int, mode: AttentionMode):
