@@ -38,9 +38,9 @@ import torch
 from magnetsdk import Index, Magnet
 from magnetsdk.answer_layout import framing, lay_out_answer
 from magnetsdk.answering import AnswerSettings, answer_from_hits, decode_answer
+from magnetsdk.config import atomic_write_text
 from magnetsdk.context_cache import ContextCache
 from magnetsdk.eval.answers import reference_nll
-from magnetsdk.config import atomic_write_text
 from magnetsdk.index import Hit
 
 ROOT = Path(__file__).resolve().parents[1]

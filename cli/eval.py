@@ -1,7 +1,11 @@
 """``magnet eval <task>``: the measurements of :mod:`magnetsdk.eval`, one command per task.
 
 Each command loads the model, calls one library function, writes the JSON result (``--output``,
-default ``runs/eval/TASK-TIME.json``) and prints the result's table.
+default ``runs/eval/TASK-TIME.json``) and prints it with the option every command has,
+``--format table|json|jsonl`` (``table`` by default; :mod:`magnetsdk.cli.output`).
+
+This file is longer than the ~400 lines other modules keep to because it holds one click command
+per task, mostly option declarations; the measurements themselves live in :mod:`magnetsdk.eval`.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 import click
 from magnetsdk.cli.errors import fail
 from magnetsdk.cli.options import model_options, open_magnet
+from magnetsdk.cli.output import emit, format_option
 
 from magnetsdk.layout import INFILL_LAYOUTS
 
@@ -31,10 +36,10 @@ def _common(command: Callable) -> Callable:
     command = click.option(
         "--limit", type=click.IntRange(min=1), default=None, help="Use only the first N items (quick checks)."
     )(command)
-    return model_options(command)
+    return format_option("table")(model_options(command))
 
 
-def _run(task: str, output: Path | None, evaluate: Callable[[], Any]) -> None:
+def _run(task: str, output: Path | None, fmt: str, evaluate: Callable[[], Any]) -> None:
     """Call the library, turning its errors into click errors; save and print the result."""
     try:
         result = evaluate()
@@ -44,7 +49,7 @@ def _run(task: str, output: Path | None, evaluate: Callable[[], Any]) -> None:
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
         output = Path("runs") / "eval" / f"{task}-{stamp}.json"
     result.save(output)
-    click.echo(result.table())
+    emit(result.to_dict(), fmt, lambda: click.echo(result.table()))
     click.echo(f"wrote {output}", err=True)
 
 
@@ -56,11 +61,10 @@ def eval_group() -> None:
 @eval_group.command()
 @click.argument("files", nargs=-1, required=True, type=_FILE)
 @click.option(
-    "--format",
-    "fmt",
+    "--data-format",
     type=click.Choice(["stsb", "sick", "tsv"]),
     default=None,
-    help="Data format [default: detected per file].",
+    help="The files' format [default: detected per file].",
 )
 @click.option("--instruction", default=None, help="Instruction prefix [default: the model's].")
 @click.option("--pooling", type=click.Choice(["last", "mean"]), default=None, help="[default: the model's]")
@@ -89,7 +93,7 @@ def eval_group() -> None:
 @_common
 def sts(
     files,
-    fmt,
+    data_format,
     instruction,
     pooling,
     attention,
@@ -101,6 +105,7 @@ def sts(
     shift_texts,
     limit,
     output,
+    fmt,
     model,
     adapter,
     device,
@@ -127,7 +132,7 @@ def sts(
             raise click.UsageError("--principal-shift and --shift-texts go together: give both or neither")
         if principal_shift is not None:
             _fit_shift(encoder, shift_texts, principal_shift, shift_weight, batch_size)
-    _run("sts", output, lambda: evaluate_sts(encoder, list(files), fmt, limit, batch_size))
+    _run("sts", output, fmt, lambda: evaluate_sts(encoder, list(files), data_format, limit, batch_size))
 
 
 @eval_group.command()
@@ -147,6 +152,7 @@ def retrieval(
     batch_size,
     limit,
     output,
+    fmt,
     model,
     adapter,
     device,
@@ -176,6 +182,7 @@ def retrieval(
     _run(
         "retrieval",
         output,
+        fmt,
         lambda: evaluate_retrieval(encoder, data, query_instruction, document_instruction, batch_size),
     )
 
@@ -233,6 +240,7 @@ def repetition(
     full_length,
     limit,
     output,
+    fmt,
     model,
     adapter,
     device,
@@ -245,6 +253,7 @@ def repetition(
     _run(
         "repetition",
         output,
+        fmt,
         lambda: evaluate_repetition(
             magnet,
             file,
@@ -276,7 +285,9 @@ def repetition(
     help="Infill layout(s) to score, repeatable; 'all' scores every layout [default: the model's own].",
 )
 @_common
-def infill(file, batch_size, generate, max_new_tokens, layouts, limit, output, model, adapter, device, dtype):
+def infill(
+    file, batch_size, generate, max_new_tokens, layouts, limit, output, fmt, model, adapter, device, dtype
+):
     """Span perplexity with both sides (per layout), a shuffled-right control and the left side
     only; FILE is jsonl {"left", "span", "right"}."""
     from magnetsdk.eval.infill import evaluate_infill
@@ -286,6 +297,7 @@ def infill(file, batch_size, generate, max_new_tokens, layouts, limit, output, m
     _run(
         "infill",
         output,
+        fmt,
         lambda: evaluate_infill(magnet, file, limit, batch_size, generate, max_new_tokens, layouts=names),
     )
 
@@ -301,7 +313,19 @@ def infill(file, batch_size, generate, max_new_tokens, layouts, limit, output, m
 @click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
 @_common
 def probe(
-    train_file, test_file, column, attention, l2, batch_size, limit, output, model, adapter, device, dtype
+    train_file,
+    test_file,
+    column,
+    attention,
+    l2,
+    batch_size,
+    limit,
+    output,
+    fmt,
+    model,
+    adapter,
+    device,
+    dtype,
 ):
     """Linear probe on frozen token features (CoNLL files): accuracy, and entity F1 for IOB tags."""
     from magnetsdk.eval.probe import evaluate_probe
@@ -310,6 +334,7 @@ def probe(
     _run(
         "probe",
         output,
+        fmt,
         lambda: evaluate_probe(magnet, train_file, test_file, column, attention, limit, batch_size, l2),
     )
 
@@ -328,7 +353,19 @@ def probe(
 @click.option("--heatmap", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a PNG.")
 @_common
 def dependence(
-    file, attention, min_tokens, max_tokens, batch_size, heatmap, limit, output, model, adapter, device, dtype
+    file,
+    attention,
+    min_tokens,
+    max_tokens,
+    batch_size,
+    heatmap,
+    limit,
+    output,
+    fmt,
+    model,
+    adapter,
+    device,
+    dtype,
 ):
     """Attention dependence DP_before / DP_main / DP_after over the texts of FILE (UBMoE-LLM)."""
     from magnetsdk.eval.dependence import evaluate_dependence
@@ -337,6 +374,7 @@ def dependence(
     _run(
         "dependence",
         output,
+        fmt,
         lambda: evaluate_dependence(
             magnet, file, list(attention) or None, limit, min_tokens, max_tokens, batch_size, heatmap
         ),
@@ -349,12 +387,12 @@ def dependence(
 @click.option("--max-tokens", default=None, type=click.IntRange(min=2), help="Score only the first N tokens.")
 @click.option("--batch-size", default=4, show_default=True, type=click.IntRange(min=1))
 @_common
-def lm(file, context, max_tokens, batch_size, limit, output, model, adapter, device, dtype):
+def lm(file, context, max_tokens, batch_size, limit, output, fmt, model, adapter, device, dtype):
     """Causal perplexity of the plain text in FILE, in non-overlapping windows."""
     from magnetsdk.eval.lm import evaluate_lm
 
     magnet = open_magnet(model, adapter, device, dtype)
-    _run("lm", output, lambda: evaluate_lm(magnet, file, context, max_tokens, limit, batch_size))
+    _run("lm", output, fmt, lambda: evaluate_lm(magnet, file, context, max_tokens, limit, batch_size))
 
 
 @eval_group.command()

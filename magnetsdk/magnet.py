@@ -3,6 +3,10 @@
 One copy of the weights lives on one device. Every call takes the object's lock, so one
 ``Magnet`` can be shared by several threads (calls run one at a time; tokenizers and key/value
 caches are not safe to share mid-call).
+
+This file is longer than the ~400 lines other modules keep to because it is the public facade:
+each method checks its arguments, states its contract and takes the lock, and then calls the module
+that does the work (encoding, infilling, generation, answering, alignment, model_dir).
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ from magnetsdk.cli.main import cli
 from magnetsdk import Index
 from magnetsdk.answer_layout import lay_out_answer
 from magnetsdk.answering import AnswerSettings, decode_answer
+from magnetsdk.attention import AttentionMode
 from magnetsdk.context_cache import CachedContext, ContextCache
 from magnetsdk.eval.answers import reference_nll
-from magnetsdk.attention import AttentionMode
 from magnetsdk.forward import logits_at, run_decoder
 from magnetsdk.index import EmptyIndexError, IndexMismatchError
 from magnetsdk.testing import tiny_magnet

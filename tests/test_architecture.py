@@ -132,3 +132,19 @@ def test_config_is_torch_free():
     code = "import sys, magnetsdk.config, magnetsdk.model_dir, magnetsdk.st_layout; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
+
+
+LINE_LIMIT = 400
+REASON = "longer than the ~400 lines"
+
+
+def test_long_files_state_why_at_their_top():
+    """A module over ~400 lines says why in its docstring (the structure issue's rule)."""
+    offenders = []
+    for folder in PACKAGES:
+        for path in (ROOT / folder).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            if text.count("\n") > LINE_LIMIT and REASON not in (ast.get_docstring(ast.parse(text)) or ""):
+                offenders.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+    assert not offenders, f"over {LINE_LIMIT} lines with no reason at the top: {offenders}"
+

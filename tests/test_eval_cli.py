@@ -79,6 +79,19 @@ def test_each_task_writes_a_result_and_prints_its_table(model_dir, data, tmp_pat
     assert stored.table().splitlines()[0] in result.stdout
 
 
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_format_prints_the_saved_result_as_json(model_dir, data, tmp_path, fmt):
+    out = tmp_path / "sts.json"
+    pairs = str(data / "pairs.tsv")
+    result = run("sts", pairs, "--model", model_dir, "--format", fmt, "--data-format", "tsv", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert (len(lines) == 1) == (fmt == "jsonl")
+    printed = json.loads(result.stdout)
+    assert printed == json.loads(out.read_text(encoding="utf-8"))
+    assert printed["task"] == "sts" and "pairs.spearman" in printed["figures"]
+
+
 def test_compare_runs_tasks_and_renders_results(model_dir, data, tmp_path):
     result = run(
         "compare",
@@ -106,7 +119,7 @@ def test_bad_input_is_a_clear_error(model_dir, data, tmp_path):
     bad = tmp_path / "bad.tsv"
     bad.write_text("only one column\n", encoding="utf-8")
     result = run("sts", str(bad), "--model", model_dir, "--output", str(tmp_path / "x.json"))
-    assert result.exit_code != 0 and "pass --format" in result.output
+    assert result.exit_code != 0 and "pass --data-format" in result.output
     broken = run(
         "infill", str(data / "texts.txt"), "--model", model_dir, "--output", str(tmp_path / "y.json")
     )

@@ -41,7 +41,7 @@ def test_reads_stsb_sick_and_tsv(tmp_path):
 
 
 def test_format_errors_say_what_to_do(tmp_path):
-    with pytest.raises(ValueError, match="pass --format"):
+    with pytest.raises(ValueError, match="pass --data-format"):
         detect_format("just one column")
     with pytest.raises(ValueError, match=r"bad.tsv:2: the score 'high' is not a number"):
         read_sts(write(tmp_path, "bad.tsv", "a\tb\t1\nc\td\thigh\n"))

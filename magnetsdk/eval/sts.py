@@ -73,7 +73,7 @@ def detect_format(first_line: str, source: str = "file") -> StsFormat:
     raise ValueError(
         f"cannot tell the format of {source} from its first line ({len(columns)} tab-separated columns); "
         "expected the STS Benchmark csv (score in column 5, sentences in 6 and 7), SICK (a header with "
-        "sentence_A, sentence_B, relatedness_score) or s1<TAB>s2<TAB>score; pass --format stsb|sick|tsv"
+        "sentence_A, sentence_B, relatedness_score) or s1<TAB>s2<TAB>score; pass --data-format stsb|sick|tsv"
     )
 
 
