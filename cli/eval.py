@@ -189,7 +189,7 @@ def retrieval(
 
 def _fit_shift(encoder, texts_file: Path, mode: str, weight: float, batch_size: int) -> None:
     """Fit the principal component with the evaluation's own encode options."""
-    from magnetsdk.eval.texts import read_texts
+    from magnetsdk.records import read_texts
 
     try:
         texts = read_texts(texts_file, "text")

@@ -23,7 +23,7 @@ from magnetsdk import Magnet
 from magnetsdk.alignment import PrincipalShift, ShiftMode
 from magnetsdk.config import atomic_write_text
 from magnetsdk.eval.sts import read_sts, score_pairs
-from magnetsdk.eval.texts import read_texts
+from magnetsdk.records import read_texts
 
 
 class ShiftedVectors:

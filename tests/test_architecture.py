@@ -147,4 +147,3 @@ def test_long_files_state_why_at_their_top():
             if text.count("\n") > LINE_LIMIT and REASON not in (ast.get_docstring(ast.parse(text)) or ""):
                 offenders.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
     assert not offenders, f"over {LINE_LIMIT} lines with no reason at the top: {offenders}"
-

@@ -174,7 +174,7 @@ def test_a_csv_input_is_read_by_its_text_column(model_dir, tmp_path):
     no_column = tmp_path / "other.csv"
     no_column.write_text("a,b\n1,2\n", encoding="utf-8")
     result = run("encode", "--model", model_dir, "--input", str(no_column))
-    assert result.exit_code == 1 and "has no 'text' column" in result.output
+    assert result.exit_code == 1 and "no 'text' column (columns: ['a', 'b'])" in result.output
 
 
 def test_messages_name_flags_not_python_arguments(model_dir):

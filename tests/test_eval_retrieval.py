@@ -202,7 +202,7 @@ def test_duplicate_ids_and_broken_lines_name_the_line(tmp_path):
         read_beir(root)
     root = write_beir(tmp_path / "other")
     (root / "queries.jsonl").write_text('{"_id": "q1", "text": "ok"}\nnot json\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"queries.jsonl:2: not JSON"):
+    with pytest.raises(ValueError, match=r"queries.jsonl:2: not valid JSON"):
         read_beir(root)
     (root / "queries.jsonl").write_text('{"_id": "q1"}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"queries.jsonl:1: a query needs an '_id' and a 'text'"):

@@ -19,21 +19,18 @@ It knows nothing about models, masks or layouts.
 
 from __future__ import annotations
 
-import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from magnetsdk import records
+from magnetsdk.records import DataError
+
 TEXT_SUFFIXES = (".txt", ".jsonl", ".csv", ".tsv")
 PAIR_SUFFIXES = (".jsonl", ".tsv")
 PAIR_COLUMNS = ("anchor", "positive")
 MIN_TOKENS = 4  # shorter texts cannot hold a span and some context
-
-
-class DataError(ValueError):
-    """Training data that cannot be used; the message says which file and what to change."""
 
 
 @dataclass(frozen=True)
@@ -44,18 +41,10 @@ class Pair:
 
 
 def read_texts(paths: list[str], text_field: str = "text") -> list[str]:
-    """All non-empty texts of ``paths``, in file order."""
+    """All non-empty texts of ``paths``, in file order (:func:`magnetsdk.records.read_texts`)."""
     texts: list[str] = []
     for name in paths:
-        path = _existing(name, TEXT_SUFFIXES, "text")
-        suffix = path.suffix.lower()
-        if suffix == ".txt":
-            found = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-        elif suffix == ".jsonl":
-            found = [str(row[text_field]) for row in _jsonl_rows(path, (text_field,))]
-        else:
-            found = [row[text_field] for row in _table_rows(path, (text_field,))]
-        texts.extend(t.strip() for t in found if t and t.strip())
+        texts.extend(records.read_texts(_existing(name, TEXT_SUFFIXES, "text"), text_field))
     return texts
 
 
@@ -63,15 +52,9 @@ def read_pairs(paths: list[str]) -> list[Pair]:
     """All pairs of ``paths``; a row without an anchor or positive column is an error."""
     pairs: list[Pair] = []
     for name in paths:
-        path = _existing(name, PAIR_SUFFIXES, "pairs")
-        rows = (
-            _jsonl_rows(path, PAIR_COLUMNS)
-            if path.suffix.lower() == ".jsonl"
-            else _table_rows(path, PAIR_COLUMNS)
-        )
-        for row in rows:
-            anchor, positive = str(row["anchor"]).strip(), str(row["positive"]).strip()
-            negative = row.get("negative")
+        for row in records.rows(_existing(name, PAIR_SUFFIXES, "pairs"), PAIR_COLUMNS):
+            anchor, positive = str(row.fields["anchor"]).strip(), str(row.fields["positive"]).strip()
+            negative = row.fields.get("negative")
             negative = str(negative).strip() if negative not in (None, "") else None
             if anchor and positive:
                 pairs.append(Pair(anchor, positive, negative or None))
@@ -85,47 +68,6 @@ def _existing(name: str, suffixes: tuple[str, ...], kind: str) -> Path:
     if path.suffix.lower() not in suffixes:
         raise DataError(f"{kind} file {path}: unsupported type {path.suffix!r}; use one of {list(suffixes)}")
     return path
-
-
-def _jsonl_rows(path: Path, required: tuple[str, ...]) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(f"{path}, line {number}: not valid JSON ({error.msg})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
-            missing = [c for c in required if c not in row]
-            if missing:
-                raise DataError(
-                    f"{path}, line {number}: missing {missing}; each line needs the keys {list(required)} "
-                    f"(found {sorted(row)})"
-                )
-            rows.append(row)
-    return rows
-
-
-def _table_rows(path: Path, required: tuple[str, ...]) -> list[dict]:
-    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle, delimiter=delimiter)
-        header = reader.fieldnames or []
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise DataError(
-                f"{path}: the header row lacks the columns {missing}; it needs {list(required)} "
-                f"(found {header})"
-            )
-        rows = []
-        for number, row in enumerate(reader, start=2):
-            if any(row.get(c) is None for c in required):
-                raise DataError(f"{path}, line {number}: fewer columns than the header {header}")
-            rows.append(row)
-    return rows
 
 
 @dataclass

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from magnetsdk.eval.repetition import cut_prefixes, mean_defined, ngram_repetition
-from magnetsdk.eval.texts import read_texts
+from magnetsdk.records import read_texts
 
 
 @dataclass

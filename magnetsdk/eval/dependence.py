@@ -31,8 +31,8 @@ import torch
 from magnetsdk.attention import AttentionMode, allowed, backend_mask, position_ids
 from magnetsdk.encoding import pad_batch
 from magnetsdk.eval.result import EvalResult, data_file, utc_now
-from magnetsdk.eval.texts import read_texts
 from magnetsdk.forward import attn_implementation, decoder_body
+from magnetsdk.records import read_texts
 
 
 def dependence(attention: np.ndarray | torch.Tensor) -> tuple[float, float, float]:

@@ -21,7 +21,6 @@ budget, the share left empty (closed at once, or only whitespace) and the share 
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import numpy as np
 from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.eval.scoring import ScoredSequence, perplexity, target_nll
 from magnetsdk.layout import InfillLayout, infill_layout, lay_out
+from magnetsdk.records import jsonl_rows, read_text
 
 # Span positions (1-based) grouped for the by-position perplexity: 1, 2, 3-4, 5-8, 9-16, 17+.
 POSITION_BUCKETS = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, None))
@@ -48,23 +48,10 @@ class InfillItem:
 
 def read_infill_items(path: str | Path, limit: int | None = None) -> list[InfillItem]:
     source = Path(path)
-    try:
-        lines = source.read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise FileNotFoundError(f"cannot read infill file {source}: {error.strerror or error}") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{source} is not UTF-8 text ({error.reason}); save it as UTF-8") from None
     items: list[InfillItem] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{source}:{number}: not valid JSON ({error.msg})") from None
-        if not isinstance(record, dict) or not all(
-            isinstance(record.get(k), str) for k in ("left", "span", "right")
-        ):
+    for row in jsonl_rows(read_text(source), str(source)):
+        record, number = row.fields, row.line
+        if not all(isinstance(record.get(k), str) for k in ("left", "span", "right")):
             raise ValueError(f'{source}:{number}: expected an object with "left", "span" and "right" strings')
         if not record["left"].strip() or not record["span"].strip():
             raise ValueError(

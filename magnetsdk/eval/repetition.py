@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from magnetsdk.eval.result import EvalResult, data_file, utc_now
-from magnetsdk.eval.texts import read_texts
+from magnetsdk.records import read_texts
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 

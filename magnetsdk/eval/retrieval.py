@@ -23,7 +23,6 @@ equal sentence-transformers' ``InformationRetrievalEvaluator``. Figures are repo
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ import numpy as np
 
 from magnetsdk.eval.encoder import MagnetEncoder, SentenceEncoder, SentenceTransformerEncoder
 from magnetsdk.eval.result import EvalResult, data_file, utc_now
+from magnetsdk.records import jsonl_rows, read_text
 
 CUTOFFS = {"ndcg": (10,), "recall": (10, 100), "mrr": (10,)}
 
@@ -57,16 +57,10 @@ def _read_jsonl(path: Path, kind: str) -> list[tuple[int, dict[str, Any]]]:
             f"{path} not found; a BEIR folder holds corpus.jsonl, queries.jsonl and qrels/test.tsv"
         )
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number}: not JSON ({error.msg})") from None
-        if not isinstance(row, dict) or "_id" not in row or not isinstance(row.get("text"), str):
-            raise ValueError(f"{path}:{number}: a {kind} needs an '_id' and a 'text' string")
-        rows.append((number, row))
+    for row in jsonl_rows(read_text(path), str(path)):
+        if "_id" not in row.fields or not isinstance(row.fields.get("text"), str):
+            raise ValueError(f"{path}:{row.line}: a {kind} needs an '_id' and a 'text' string")
+        rows.append((row.line, row.fields))
     if not rows:
         raise ValueError(f"{path} holds no {'queries' if kind == 'query' else kind + 's'}")
     return rows
@@ -85,7 +79,7 @@ def _unique_ids(path: Path, rows: list[tuple[int, dict[str, Any]]]) -> list[str]
 def read_qrels(path: Path) -> dict[str, dict[str, float]]:
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found; qrels are qrels/SPLIT.tsv in a BEIR folder")
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = [line for line in read_text(path).splitlines() if line.strip()]
     header = lines[0].split("\t") if lines else []
     if [h.strip() for h in header] != ["query-id", "corpus-id", "score"]:
         raise ValueError(f"{path}: the first line must be the header query-id<TAB>corpus-id<TAB>score")

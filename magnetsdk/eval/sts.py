@@ -23,6 +23,7 @@ import numpy as np
 
 from magnetsdk.eval.encoder import SentenceEncoder
 from magnetsdk.eval.result import EvalResult, data_file, utc_now
+from magnetsdk.records import read_text
 
 
 class StsFormat(str, Enum):
@@ -51,15 +52,7 @@ def _is_float(text: str) -> bool:
 
 
 def _read_lines(path: Path) -> list[str]:
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise FileNotFoundError(f"cannot read STS file {path}: {error.strerror or error}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path} is not UTF-8 text (byte {error.start}); convert it to UTF-8") from None
-    return [line for line in text.splitlines() if line.strip()]
+    return [line for line in read_text(path).splitlines() if line.strip()]
 
 
 def detect_format(first_line: str, source: str = "file") -> StsFormat:

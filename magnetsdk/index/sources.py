@@ -13,15 +13,13 @@ Links (to files or folders) that lead out of the folder given are skipped with a
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from magnetsdk.index.documents import Document
+from magnetsdk.records import DataError, decode_text, jsonl_rows, table_rows
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst"}
 RECORD_SUFFIXES = {".jsonl", ".csv"}
@@ -52,9 +50,9 @@ def read_sources(
             _skip(report, name, name, "binary file")
             continue
         try:
-            content = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as error:
-            _skip(report, name, name, f"not UTF-8 (byte {error.start}); convert it to UTF-8 to index it")
+            content = decode_text(raw, name)
+        except DataError as error:
+            _skip(report, name, name, f"{error}; it was not indexed")
             continue
         report.files += 1
         suffix = path.suffix.lower()
@@ -169,28 +167,21 @@ def _record(
 
 
 def _read_jsonl(content: str, name: str, text_field: str, id_field: str, report: SourceReport) -> None:
-    for number, line in enumerate(content.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{name}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            _skip(report, where, name, f"not valid JSON ({error.msg})")
-            continue
-        if not isinstance(record, dict):
-            _skip(report, where, name, "not a JSON object")
-            continue
-        _record(record, where, where, name, text_field, id_field, report)
+    for row in jsonl_rows(content, name, strict=False):
+        where = f"{name}:{row.line}"
+        if row.problem is not None:
+            _skip(report, where, name, row.problem)
+        else:
+            _record(row.fields, where, where, name, text_field, id_field, report)
 
 
 def _read_csv(content: str, name: str, text_field: str, id_field: str, report: SourceReport) -> None:
-    reader = csv.DictReader(io.StringIO(content))
-    if reader.fieldnames is None or text_field not in reader.fieldnames:
-        _skip(report, name, name, f"no {text_field!r} column (columns: {reader.fieldnames or []})")
-        return
-    for number, row in enumerate(reader, 1):
+    for number, row in enumerate(table_rows(content, name, (text_field,), strict=False), 1):
+        if row.problem is not None and row.line == 1:  # the header: the whole file is skipped
+            _skip(report, name, name, row.problem)
+            return
         where = f"{name}:{number}"
-        _record(
-            {k: v for k, v in row.items() if k is not None}, where, where, name, text_field, id_field, report
-        )
+        if row.problem is not None:
+            _skip(report, where, name, row.problem)
+        else:
+            _record(row.fields, where, where, name, text_field, id_field, report)
