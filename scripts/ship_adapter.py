@@ -14,8 +14,8 @@ the base model, and writes into ``--into`` (default ``magnetsdk/adapters/default
 The files are written by :func:`magnetsdk.model_dir.write_model_directory`: staged beside the
 target and swapped in by rename; a target holding files this script did not write is refused.
 
-    python scripts/ship_adapter.py runs/magnet-b --command "magnet train ..." \
-        --adapter-eval runs/eval/magnet-b --base-eval runs/eval/base
+    python scripts/ship_adapter.py runs/default-long --command "bash scripts/train_default.sh" \
+        --adapter-eval runs/eval/long --base-eval runs/eval/default-base
 """
 
 from __future__ import annotations
@@ -32,16 +32,45 @@ from magnetsdk.model_dir import Manifest, ModelDirectoryError, write_model_direc
 
 WEIGHTS = "adapter_model.safetensors"
 
-# (result-file suffix, figure key, label)
+# (result file NAME-SUFFIX.json, figure key, label, scale, better: "+" higher, "-" lower, "" neither)
+# The suffixes are the tasks of scripts/eval_model.sh.
 FIGURES = [
-    ("sts", "sts-dev.spearman", "STS-B dev Spearman x100 (higher is better)"),
-    ("infill", "ppl_both_sides", "infill span perplexity, both sides (lower is better)"),
-    ("infill", "ppl_left_only", "infill span perplexity, left side only"),
-    ("lm", "ppl", "plain-text perplexity, WikiText-2 valid, first 20,480 tokens"),
-    ("repetition", "greedy.rep4", "rep-4, greedy decoding (200 prefixes, 128 new tokens)"),
-    ("repetition", "greedy.tokens", "mean tokens generated, greedy"),
-    ("repetition", "nucleus.rep4", "rep-4, nucleus sampling (top-p 0.9, T 1.0, seed 0)"),
-    ("repetition", "nucleus.tokens", "mean tokens generated, nucleus"),
+    ("sts-dev", "sts-dev.spearman", "STS-B dev Spearman x100", 100, "+"),
+    (
+        "sts-heldout",
+        "sts-heldout.spearman",
+        "STS held-out split (every 6th STS-B train pair) Spearman x100",
+        100,
+        "+",
+    ),
+    ("retrieval", "ndcg@10", "retrieval nDCG@10 x100, held-out WikiText set (224 queries)", 100, "+"),
+    ("retrieval", "mrr@10", "retrieval MRR@10 x100", 100, "+"),
+    ("lm", "ppl", "plain-text perplexity, WikiText-2 valid, first 20,480 tokens", 1, "-"),
+    (
+        "repetition",
+        "nucleus.tokens",
+        "natural continuation length, nucleus (top-p 0.9, T 1.0), of 128",
+        1,
+        "+",
+    ),
+    ("repetition", "greedy.tokens", "natural continuation length, greedy, of 128", 1, "+"),
+    (
+        "repetition-full",
+        "nucleus.rep4",
+        "rep-4 % at equal length (128 tokens, EOS held back), nucleus",
+        100,
+        "-",
+    ),
+    ("repetition-full", "greedy.rep4", "rep-4 % at equal length, greedy", 100, "-"),
+    ("infill-dev", "ppl_both_sides", "infill dev (60 items): span perplexity, both sides (spm)", 1, "-"),
+    ("infill-dev", "ppl_left_only", "infill dev: span perplexity, left side only", 1, "-"),
+    ("infill-dev", "both_over_left", "infill dev: both sides / its own left only", 1, "-"),
+    ("infill-test", "ppl_both_sides", "infill test (144 items, never selected on): both sides (spm)", 1, "-"),
+    ("infill-test", "ppl_left_only", "infill test: left side only", 1, "-"),
+    ("infill-test", "both_over_left", "infill test: both sides / its own left only", 1, "-"),
+    ("infill-test", "shuffled_over_both", "infill test: another item's right side / the true one", 1, "+"),
+    ("infill-test", "closed_rate", "infill test: greedy spans closed within 48 tokens", 1, "+"),
+    ("infill-test", "copy_rate", "infill test: greedy spans copying 5 words of the context", 1, "-"),
 ]
 
 
@@ -54,75 +83,97 @@ def figure(prefix: Path, suffix: str, key: str) -> float | None:
 
 
 def scores_table(adapter_prefix: Path, base_prefix: Path) -> str:
-    lines = ["| measure | base (unadapted) | this adapter |", "|---|---|---|"]
-    for suffix, key, label in FIGURES:
+    """The figures side by side, with whether this adapter is better or worse than the base."""
+    lines = ["| measure | base (unadapted) | this adapter | vs base |", "|---|---|---|---|"]
+    for suffix, key, label, scale, better in FIGURES:
         ours, base = figure(adapter_prefix, suffix, key), figure(base_prefix, suffix, key)
         if ours is None and base is None:
             continue
-        show = [f"{v:.4g}" if v is not None else "not measured" for v in (base, ours)]
-        lines.append(f"| {label} | {show[0]} | {show[1]} |")
+        show = [f"{v * scale:.4g}" if v is not None else "not measured" for v in (base, ours)]
+        verdict = ""
+        if ours is not None and base is not None and better and ours != base:
+            verdict = "better" if (ours > base) == (better == "+") else "**worse**"
+        lines.append(f"| {label} | {show[0]} | {show[1]} | {verdict} |")
     return "\n".join(lines)
 
 
 def run_summary(run: Path) -> dict[str, object]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
-    steps = [r for r in records if "step" in r]
+    steps = [r for r in records if "loss" in r]
     last = steps[-1]
+    # A resumed run logs the steps after its checkpoint again: count each step once (the last log).
+    by_step = {r["step"]: r for r in steps}
     return {
         "steps": last["step"],
-        "wall_s": last["elapsed_s"],
+        "tokens": sum(int(r.get("tokens", 0)) for r in by_step.values()),
+        "wall_s": sum(_segment_seconds(steps)),
         "final_losses": {k: round(last[k], 3) for k in ("mntp", "sscl", "msg") if last.get(k) is not None},
     }
+
+
+def _segment_seconds(steps: list[dict]) -> list[float]:
+    """The wall time of each process that logged steps (elapsed_s restarts at a resume)."""
+    segments, previous = [], None
+    for record in steps:
+        elapsed = float(record["elapsed_s"])
+        if previous is not None and elapsed < previous:
+            segments.append(previous)
+        previous = elapsed
+    return [*segments, previous or 0.0]
 
 
 def model_card(run: Path, command: str, adapter_prefix: Path, base_prefix: Path, size: int) -> str:
     config = json.loads((run / "train_config.json").read_text(encoding="utf-8"))
     summary = run_summary(run)
-    keys = ("recipe", "max_steps", "batch_size", "max_length", "sscl_max_length", "learning_rate",
-            "schedule", "warmup_steps", "lora_r", "lora_alpha", "positives", "mntp_weight",
-            "sscl_weight", "msg_weight", "no_context_fraction", "seed")  # fmt: skip
-    settings = "\n".join(f"| {k} | {config.get(k)} |" for k in keys)
+    keys = ("recipe", "max_steps", "batch_size", "contrastive_batch_size", "max_length", "sscl_max_length",
+            "learning_rate", "schedule", "warmup_steps", "lora_r", "lora_alpha", "positives", "ict_share",
+            "temperature", "mntp_weight", "sscl_weight", "msg_weight", "no_context_fraction",
+            "mntp_fraction", "infill_layout", "mixed_precision", "seed")  # fmt: skip
+    settings = "\n".join(f"| {k} | {config.get(k)} |" for k in keys if k in config)
     return f"""# magnetsdk default adapter (SmolLM2-135M-Instruct, MAGNET recipe)
 
 A LoRA adapter that turns SmolLM2-135M-Instruct (Apache-2.0) into one model that embeds
-(bidirectional attention, last-token pooling with the instruction prefix), infills (hybrid mask)
-and generates (causal). `Magnet.from_pretrained()` with no arguments loads the base model with this
-adapter merged; `Magnet.from_pretrained("default-base")` loads the base model without it.
+(bidirectional attention, last-token pooling with the instruction prefix), infills (the
+`{config.get("infill_layout")}` layout: suffix first, then the span, all causal) and generates
+(causal). `Magnet.from_pretrained()` with no arguments loads the base model with this adapter
+merged; `Magnet.from_pretrained("default-base")` loads the base model without it.
 
 Weights: {WEIGHTS}, bfloat16, {size / 1e6:.1f} MB (rank {config.get("lora_r")} on every linear
 projection of the 30 layers).
 
 ## How it was trained
 
-On this project's development machine: 2 CPU cores, fp32, one process.
+On this project's development machine: 2 CPU cores, one process, bf16 autocast
+(`mixed_precision = {config.get("mixed_precision")!r}`).
 
 ```
-python scripts/prepare_training_data.py --shared ../shared/data --out runs/data2
 {command}
 ```
 
-Data (`scripts/prepare_training_data.py`; nothing downloaded): WikiText-2 valid paragraphs after
-line 500 (the first 500 lines are held out: the evaluations below read them), STS-B train
-sentences (scores unused), SNLI dev premises; SSCL positives are SNLI dev entailment pairs with
-the contradiction as a hard negative. STS-B dev was used only to evaluate.
+Data (`scripts/prepare_training_data.py --holdout-lines 1000`; nothing downloaded): WikiText-2
+valid paragraphs after line 1000 (lines 1-1000 are held out: the infill, perplexity, repetition
+and retrieval evaluations read them) as missing-span and MNTP texts and, whole articles with EOS
+only at an article's end, as next-token documents; STS-B train sentences except the held-out
+rows (scores unused); SNLI dev and test premises. SSCL positives: SNLI entailment pairs with the
+contradiction as a hard negative, plus inverse-cloze pairs from the WikiText paragraphs
+(`ict_share`). STS-B dev and the held-out STS rows never train.
 
 | setting | value |
 |---|---|
 {settings}
 
-Steps: {summary["steps"]}. Wall time: {float(summary["wall_s"]) / 60:.0f} min. Final losses:
-{summary["final_losses"]}.
+Steps: {summary["steps"]}. Tokens: {summary["tokens"]:,}. Wall time: {float(summary["wall_s"]) / 60:.0f} min.
+Final losses: {summary["final_losses"]}.
 
 ## Scores
 
-Measured with `magnet eval` (commands in `docs/results.md`), next to the unadapted base model:
+Measured with `magnet eval` (`scripts/eval_model.sh`, commands in `docs/results.md`), next to the
+unadapted base model measured the same way (equal lengths and the same sampler for repetition,
+the same tokens for perplexity). "worse" marks every figure where this adapter is behind the base.
 
 {scores_table(adapter_prefix, base_prefix)}
 
-See `docs/results.md` for the targets and whether each was met. Known limits, visible in the
-table: compare the infill rows (whether the right side of a gap helps) and the nucleus rep-4 and
-mean-length rows (how often and how early continuations repeat or stop) before relying on this
-adapter for infilling or long generation; its strength is embedding.
+See `docs/results.md` for the project's targets and which of them this adapter misses.
 """
 
 
@@ -133,6 +184,7 @@ def main() -> None:
     parser.add_argument("--adapter-eval", type=Path, required=True, help="prefix of its eval files")
     parser.add_argument("--base-eval", type=Path, required=True, help="prefix of the base's eval files")
     parser.add_argument("--into", type=Path, default=Path("magnetsdk/adapters/default"))
+    parser.add_argument("--notes", type=Path, default=None, help="Markdown appended to the card")
     args = parser.parse_args()
 
     for name in (WEIGHTS, "adapter_config.json", "magnet_config.json", "train_config.json"):
@@ -156,6 +208,8 @@ def main() -> None:
         (tmp / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2) + "\n")
         size = (tmp / WEIGHTS).stat().st_size
         card = model_card(args.run, args.command, args.adapter_eval, args.base_eval, size)
+        if args.notes is not None:
+            card += "\n" + args.notes.read_text(encoding="utf-8").strip() + "\n"
         (tmp / "README.md").write_text(card, encoding="utf-8")
         return Manifest(kind="adapter")
 

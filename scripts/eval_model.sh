@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Every figure the shipped model is judged on (issue: the retrained model), for one model, measured
+# the same way for the base and the adapted model: runs/eval/NAME-TASK.json, logs in runs/logs.
+#
+#   bash scripts/eval_model.sh NAME [MODEL OPTIONS]          # e.g.
+#   bash scripts/eval_model.sh default-base --model default-base
+#   bash scripts/eval_model.sh long --model runs/default-long
+#   TASKS="sts-dev infill-dev" bash scripts/eval_model.sh long --model runs/default-long
+#
+# Selection reads only sts-dev and infill-dev; sts-heldout (every 6th STS-B train row), infill-test
+# (wiki.valid lines 501-1000) and the retrieval set (lines 1-500) are reported, never selected on.
+# Data: runs/data from scripts/train_default.sh (prepare_training_data.py --holdout-lines 1000),
+# scripts/build_infill_set.py and scripts/build_retrieval_set.py (see docs/results.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name=${1:?NAME}; shift
+MAGNET=${MAGNET:-.venv/bin/magnet}
+SHARED=${SHARED:-../shared/data}
+S=$SHARED/stsb/sts-dev.csv
+W=$SHARED/wikitext2/wiki.valid.tokens
+TASKS=${TASKS:-sts-dev sts-heldout retrieval lm repetition repetition-full infill-dev infill-test}
+export HF_HUB_OFFLINE=1
+mkdir -p runs/eval runs/logs
+repetition=(repetition "$W" --limit 100 --prefix-tokens 32 --new-tokens 128 --top-p 0.9 --temperature 1.0
+  --seed 0 --batch-size 16)
+infill=(--layout spm --generate 40 --max-new-tokens 48 --batch-size 8)
+for task in $TASKS; do
+  case $task in
+    sts-dev) args=(sts "$S") ;;
+    sts-heldout) args=(sts runs/data/sts-heldout.csv) ;;
+    retrieval) args=(retrieval runs/data/retrieval-heldout) ;;
+    lm) args=(lm "$W" --max-tokens 20480 --context 512) ;;
+    repetition) args=("${repetition[@]}") ;;
+    repetition-full) args=("${repetition[@]}" --full-length) ;;
+    infill-dev) args=(infill runs/data/infill-dev.jsonl "${infill[@]}") ;;
+    infill-test) args=(infill runs/data/infill-test.jsonl "${infill[@]}") ;;
+    *) echo "unknown task $task" >&2; exit 2 ;;
+  esac
+  started=$(date +%s)
+  "$MAGNET" eval "${args[@]}" "$@" -o "runs/eval/$name-$task.json" > "runs/logs/eval-$name-$task.log" 2>&1 \
+    || { echo "$name $task failed: runs/logs/eval-$name-$task.log" >&2; exit 1; }
+  echo "$name $task: $(( $(date +%s) - started )) s"
+done
