@@ -35,16 +35,16 @@ WEIGHTS = "adapter_model.safetensors"
 # (result file NAME-SUFFIX.json, figure key, label, scale, better: "+" higher, "-" lower, "" neither)
 # The suffixes are the tasks of scripts/eval_model.sh.
 FIGURES = [
-    ("sts-dev", "sts-dev.spearman", "STS-B dev Spearman x100", 100, "+"),
+    ("sts-dev", "sts-dev.spearman", "STS-B dev Spearman x100", 1, "+"),
     (
         "sts-heldout",
         "sts-heldout.spearman",
         "STS held-out split (every 6th STS-B train pair) Spearman x100",
-        100,
+        1,
         "+",
     ),
-    ("retrieval", "ndcg@10", "retrieval nDCG@10 x100, held-out WikiText set (224 queries)", 100, "+"),
-    ("retrieval", "mrr@10", "retrieval MRR@10 x100", 100, "+"),
+    ("retrieval", "ndcg@10", "retrieval nDCG@10 x100, held-out WikiText set (224 queries)", 1, "+"),
+    ("retrieval", "mrr@10", "retrieval MRR@10 x100", 1, "+"),
     ("lm", "ppl", "plain-text perplexity, WikiText-2 valid, first 20,480 tokens", 1, "-"),
     (
         "repetition",
@@ -68,7 +68,13 @@ FIGURES = [
     ("infill-test", "ppl_both_sides", "infill test (144 items, never selected on): both sides (spm)", 1, "-"),
     ("infill-test", "ppl_left_only", "infill test: left side only", 1, "-"),
     ("infill-test", "both_over_left", "infill test: both sides / its own left only", 1, "-"),
-    ("infill-test", "shuffled_over_both", "infill test: another item's right side / the true one", 1, "+"),
+    (
+        "infill-test",
+        "shuffled_over_both[spm]",
+        "infill test: another item's right side / the true one",
+        1,
+        "+",
+    ),
     ("infill-test", "closed_rate", "infill test: greedy spans closed within 48 tokens", 1, "+"),
     ("infill-test", "copy_rate", "infill test: greedy spans copying 5 words of the context", 1, "-"),
 ]
