@@ -41,3 +41,31 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def _small_train_config(tmp_path, base_model, data_file, **overrides):
+    """A few steps of tiny training under ``tmp_path / "run"``; ``overrides`` win."""
+    from magnetsdk.train.config import TrainConfig
+
+    settings = dict(
+        base_model=base_model,
+        data=[data_file],
+        output_dir=str(tmp_path / "run"),
+        max_steps=4,
+        batch_size=4,
+        max_length=32,
+        sscl_max_length=48,
+        warmup_steps=1,
+        save_every=2,
+        learning_rate=5e-3,
+        progress=False,
+        positives="dropout",  # no generation pass in these tests (the paraphrase test sets its own)
+        threads=1,
+    )
+    return TrainConfig(**{**settings, **overrides})
+
+
+@pytest.fixture(scope="session")
+def train_config():
+    """``train_config(tmp_path, base_model, data_file, **overrides)``: the training tests' small config."""
+    return _small_train_config

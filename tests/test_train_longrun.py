@@ -10,7 +10,6 @@ import shutil
 import pytest
 import torch
 from magnetsdk.train.checkpoint import checkpoint_dir, list_checkpoints
-from magnetsdk.train.config import TrainConfig
 from magnetsdk.train.data import BucketedOrder, Order, chunk_documents
 from magnetsdk.train.metrics import read_metrics
 from magnetsdk.train.trainer import _Run, train
@@ -20,37 +19,20 @@ from magnetsdk.testing import _CORPUS, tiny_model, tiny_tokenizer
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def config(tmp_path, base_dir, data_file, **overrides):
-    settings = dict(
-        base_model=base_dir,
-        data=[data_file],
-        output_dir=str(tmp_path / "run"),
-        max_steps=4,
-        batch_size=4,
-        max_length=32,
-        sscl_max_length=48,
-        warmup_steps=1,
-        save_every=2,
-        learning_rate=5e-3,
-        progress=False,
-        positives="dropout",
-        threads=1,
-    )
-    return TrainConfig(**{**settings, **overrides})
-
-
 def lora_weights(run: _Run) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in run.trained.named_parameters() if "lora_" in n}
 
 
-def test_lora_starts_from_the_same_weights_with_a_cold_or_a_warm_paraphrase_cache(tmp_path, data_file):
+def test_lora_starts_from_the_same_weights_with_a_cold_or_a_warm_paraphrase_cache(
+    tmp_path, data_file, train_config
+):
     cache = tmp_path / "para.jsonl"
     settings = dict(positives="paraphrase", paraphrase_cache=str(cache))
-    cold = _Run(config(tmp_path, "tiny", data_file, **settings), tiny_model(), tiny_tokenizer(), False)
+    cold = _Run(train_config(tmp_path, "tiny", data_file, **settings), tiny_model(), tiny_tokenizer(), False)
     assert cache.is_file()  # the cold run generated (drawing from torch's generator) and cached
     stamp = cache.stat().st_mtime_ns
     warm = _Run(
-        config(tmp_path, "tiny", data_file, output_dir=str(tmp_path / "warm"), **settings),
+        train_config(tmp_path, "tiny", data_file, output_dir=str(tmp_path / "warm"), **settings),
         tiny_model(),
         tiny_tokenizer(),
         False,
@@ -62,22 +44,27 @@ def test_lora_starts_from_the_same_weights_with_a_cold_or_a_warm_paraphrase_cach
         assert torch.equal(first[name], second[name]), name
 
 
-def test_resume_when_the_run_directory_is_gone_starts_fresh(tmp_path, base_dir, data_file, capsys):
+def test_resume_when_the_run_directory_is_gone_starts_fresh(
+    tmp_path, base_dir, data_file, capsys, train_config
+):
     result = train(
-        config(tmp_path, base_dir, data_file, max_steps=2, output_dir=str(tmp_path / "gone" / "run"))
+        train_config(tmp_path, base_dir, data_file, max_steps=2, output_dir=str(tmp_path / "gone" / "run"))
     )
     shutil.rmtree(tmp_path / "gone")
     capsys.readouterr()
     again = train(
-        config(tmp_path, base_dir, data_file, max_steps=2, output_dir=str(result.output_dir)), resume=True
+        train_config(tmp_path, base_dir, data_file, max_steps=2, output_dir=str(result.output_dir)),
+        resume=True,
     )
     assert "does not exist; starting a new run from step 0" in capsys.readouterr().out
     assert [r["step"] for r in read_metrics(again.metrics_path)] == [1, 2]
 
 
-def test_resume_skips_a_damaged_checkpoint_and_removes_unfinished_ones(tmp_path, base_dir, data_file):
+def test_resume_skips_a_damaged_checkpoint_and_removes_unfinished_ones(
+    tmp_path, base_dir, data_file, train_config
+):
     settings = dict(max_steps=4, save_every=1, keep_checkpoints=4)
-    whole = train(config(tmp_path, base_dir, data_file, output_dir=str(tmp_path / "whole"), **settings))
+    whole = train(train_config(tmp_path, base_dir, data_file, output_dir=str(tmp_path / "whole"), **settings))
     run = tmp_path / "run"
     shutil.copytree(whole.output_dir, run)  # the same run, stopped after step 3 ...
     shutil.rmtree(list_checkpoints(run)[-1].path)
@@ -88,7 +75,7 @@ def test_resume_skips_a_damaged_checkpoint_and_removes_unfinished_ones(tmp_path,
     unfinished = checkpoint_dir(run) / ".step-00000004.abc.tmp"
     unfinished.mkdir()
     with pytest.warns(UserWarning, match=r"skipping .*step-00000003.*cannot be read"):
-        resumed = train(config(tmp_path, base_dir, data_file, **settings), resume=True)
+        resumed = train(train_config(tmp_path, base_dir, data_file, **settings), resume=True)
     assert not unfinished.exists()
     records = read_metrics(resumed.metrics_path)
     assert [r["step"] for r in records] == [1, 2, 3, 4]
@@ -122,17 +109,20 @@ def _eos_rows(batches, steps: int) -> tuple[int, int]:
     return rows, ending
 
 
-def test_next_token_examples_of_one_line_texts_carry_no_eos(tmp_path, data_file):
+def test_next_token_examples_of_one_line_texts_carry_no_eos(tmp_path, data_file, train_config):
     documents = tmp_path / "docs.jsonl"
     long_document = " ".join(sorted(set(_CORPUS)))
     documents.write_text(json.dumps({"text": long_document}) + "\n")
     without = _Run(
-        config(tmp_path, "tiny", data_file, no_context_fraction=0.5), tiny_model(), tiny_tokenizer(), False
+        train_config(tmp_path, "tiny", data_file, no_context_fraction=0.5),
+        tiny_model(),
+        tiny_tokenizer(),
+        False,
     )
     rows, ending = _eos_rows(without.batches, 16)
     assert rows > 0 and ending == 0  # texts are not known to end a document: no EOS
     with_documents = _Run(
-        config(
+        train_config(
             tmp_path,
             "tiny",
             data_file,
@@ -162,11 +152,11 @@ def test_bucketed_batches_hold_the_same_examples_with_less_padding():
     assert BucketedOrder(8, 1, 0, length).arranged(17) == 17  # window 1: off
 
 
-def test_the_generation_check_is_logged(tmp_path, base_dir, data_file):
+def test_the_generation_check_is_logged(tmp_path, base_dir, data_file, train_config):
     prefixes = tmp_path / "prefixes.txt"
     prefixes.write_text("\n".join(" ".join(sorted(set(_CORPUS))[i:] * 2) for i in range(3)) + "\n")
     result = train(
-        config(
+        train_config(
             tmp_path,
             base_dir,
             data_file,
@@ -182,6 +172,6 @@ def test_the_generation_check_is_logged(tmp_path, base_dir, data_file):
         assert record["eval_natural_tokens"] > 0 and record["eval_full_tokens"] > 0
         assert 0.0 <= record["eval_rep4"] <= 1.0
     # The check leaves training alone: eval mode, and the global generators restored.
-    plain = train(config(tmp_path, base_dir, data_file, output_dir=str(tmp_path / "plain")))
+    plain = train(train_config(tmp_path, base_dir, data_file, output_dir=str(tmp_path / "plain")))
     for got, want in zip(records, read_metrics(plain.metrics_path), strict=True):
         assert got["loss"] == pytest.approx(want["loss"], rel=1e-6)

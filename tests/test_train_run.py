@@ -10,7 +10,6 @@ import torch
 from click.testing import CliRunner
 from magnetsdk.cli.main import cli
 from magnetsdk.train.checkpoint import list_checkpoints
-from magnetsdk.train.config import TrainConfig
 from magnetsdk.train.data import DataError
 from magnetsdk.train.metrics import read_metrics
 from magnetsdk.train.trainer import NonFiniteLossError, train
@@ -23,27 +22,10 @@ from magnetsdk.testing import _CORPUS, tiny_model, tiny_tokenizer
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def config(tmp_path, base_dir, data_file, **overrides):
-    settings = dict(
-        base_model=base_dir,
-        data=[data_file],
-        output_dir=str(tmp_path / "run"),
-        max_steps=4,
-        batch_size=4,
-        max_length=32,
-        sscl_max_length=48,
-        warmup_steps=1,
-        save_every=2,
-        learning_rate=5e-3,
-        progress=False,
-        positives="dropout",  # no generation pass in these tests (the paraphrase test sets its own)
-        threads=1,
-    )
-    return TrainConfig(**{**settings, **overrides})
-
-
-def test_training_lowers_the_losses_and_exports_a_model_that_loads(tmp_path, base_dir, data_file):
-    result = train(config(tmp_path, base_dir, data_file, max_steps=30, save_every=10, lora_r=8))
+def test_training_lowers_the_losses_and_exports_a_model_that_loads(
+    tmp_path, base_dir, data_file, train_config
+):
+    result = train(train_config(tmp_path, base_dir, data_file, max_steps=30, save_every=10, lora_r=8))
     records = read_metrics(result.metrics_path)
     assert [r["step"] for r in records] == list(range(1, 31))
     for key in ("mntp", "msg", "sscl"):
@@ -85,8 +67,8 @@ def test_training_lowers_the_losses_and_exports_a_model_that_loads(tmp_path, bas
 
 
 @pytest.mark.parametrize("recipe", ["llm2vec", "meap", "msg-only"])
-def test_other_recipes_run_and_record_how_to_encode(tmp_path, base_dir, data_file, recipe):
-    result = train(config(tmp_path, base_dir, data_file, recipe=recipe))
+def test_other_recipes_run_and_record_how_to_encode(tmp_path, base_dir, data_file, recipe, train_config):
+    result = train(train_config(tmp_path, base_dir, data_file, recipe=recipe))
     saved = json.loads((result.output_dir / "magnet_config.json").read_text())
     assert saved["training"]["recipe"] == recipe
     expected = {
@@ -103,14 +85,14 @@ def test_other_recipes_run_and_record_how_to_encode(tmp_path, base_dir, data_fil
         assert all(r["mntp"] is None and r["sscl"] is None and r["msg"] is not None for r in records)
 
 
-def test_paraphrase_views_are_generated_once_and_cached(tmp_path, base_dir, data_file):
+def test_paraphrase_views_are_generated_once_and_cached(tmp_path, base_dir, data_file, train_config):
     settings = dict(positives="paraphrase", max_steps=1, paraphrase_cache=str(tmp_path / "para.jsonl"))
-    train(config(tmp_path, base_dir, data_file, **settings))
+    train(train_config(tmp_path, base_dir, data_file, **settings))
     cache = tmp_path / "para.jsonl"
     rows = [json.loads(line) for line in cache.read_text().splitlines()]
     assert {r["text"] for r in rows} == set(_CORPUS)
     stamp = cache.stat().st_mtime_ns
-    train(config(tmp_path, base_dir, data_file, output_dir=str(tmp_path / "again"), **settings))
+    train(train_config(tmp_path, base_dir, data_file, output_dir=str(tmp_path / "again"), **settings))
     assert cache.stat().st_mtime_ns == stamp  # nothing generated the second time
 
 
@@ -142,25 +124,25 @@ def test_cli_reads_a_toml_config_and_flags_override_it(tmp_path, base_dir, data_
     assert bad.exit_code != 0 and "'nope' is not one of" in bad.output  # click.Choice lists them
 
 
-def test_empty_and_tiny_data_are_rejected(tmp_path, base_dir):
+def test_empty_and_tiny_data_are_rejected(tmp_path, base_dir, train_config):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n   \n")
     with pytest.raises(DataError, match="no training text"):
-        train(config(tmp_path, base_dir, str(empty)))
+        train(train_config(tmp_path, base_dir, str(empty)))
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("The cat sat on the mat and looked at the door.\nA dog runs in the park.\n")
     with pytest.raises(DataError, match="fewer than one global batch of 4"):
-        train(config(tmp_path, base_dir, str(tiny)))
+        train(train_config(tmp_path, base_dir, str(tiny)))
 
 
-def test_base_model_without_eos_is_rejected(tmp_path, data_file):
+def test_base_model_without_eos_is_rejected(tmp_path, data_file, train_config):
     tokenizer = tiny_tokenizer()
     tokenizer.eos_token = None
     with pytest.raises(ValueError, match="no EOS token"):
-        train(config(tmp_path, "tiny", data_file), model=tiny_model(), tokenizer=tokenizer)
+        train(train_config(tmp_path, "tiny", data_file), model=tiny_model(), tokenizer=tokenizer)
 
 
-def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_file):
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_file, train_config):
     model = tiny_model()
     calls = {"n": 0}
 
@@ -171,7 +153,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data
 
     model.get_decoder().norm.register_forward_hook(poison)  # the final norm (peft leaves it alone)
     # Two passes per step, not one fused pass: the hook counts them.
-    settings = config(tmp_path, "tiny", data_file, max_steps=8, save_every=2, fuse_passes=False)
+    settings = train_config(tmp_path, "tiny", data_file, max_steps=8, save_every=2, fuse_passes=False)
     with pytest.raises(NonFiniteLossError, match=r"step 4 .*example indices .*step-00000002") as error:
         train(settings, model=model, tokenizer=tiny_tokenizer())
     assert "the last good checkpoint is" in str(error.value)
@@ -179,17 +161,21 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data
     assert not (tmp_path / "run" / "magnet_config.json").exists()  # nothing exported
 
 
-def test_existing_run_needs_resume(tmp_path, base_dir, data_file):
-    train(config(tmp_path, base_dir, data_file, max_steps=2))
+def test_existing_run_needs_resume(tmp_path, base_dir, data_file, train_config):
+    train(train_config(tmp_path, base_dir, data_file, max_steps=2))
     with pytest.raises(FileExistsError, match="pass --resume"):
-        train(config(tmp_path, base_dir, data_file, max_steps=2))
+        train(train_config(tmp_path, base_dir, data_file, max_steps=2))
     with pytest.raises(ValueError, match=r"\['seed'\] differ"):
-        train(config(tmp_path, base_dir, data_file, max_steps=3, seed=5), resume=True)
+        train(train_config(tmp_path, base_dir, data_file, max_steps=3, seed=5), resume=True)
 
 
-def test_full_finetune_with_gradient_checkpointing_exports_a_full_model(tmp_path, base_dir, data_file):
+def test_full_finetune_with_gradient_checkpointing_exports_a_full_model(
+    tmp_path, base_dir, data_file, train_config
+):
     result = train(
-        config(tmp_path, base_dir, data_file, max_steps=2, full_finetune=True, gradient_checkpointing=True)
+        train_config(
+            tmp_path, base_dir, data_file, max_steps=2, full_finetune=True, gradient_checkpointing=True
+        )
     )
     out = result.output_dir
     assert (out / "config.json").is_file() and not (out / "adapter_config.json").exists()
@@ -198,7 +184,7 @@ def test_full_finetune_with_gradient_checkpointing_exports_a_full_model(tmp_path
     assert magnet.encode("a cat").shape == (64,)
 
 
-def test_pairs_with_hard_negatives_alone_are_enough_data(tmp_path, base_dir):
+def test_pairs_with_hard_negatives_alone_are_enough_data(tmp_path, base_dir, train_config):
     path = tmp_path / "pairs.jsonl"
     sentences = sorted(set(_CORPUS))
     shifted = sentences[1:] + sentences[:1]
@@ -208,7 +194,7 @@ def test_pairs_with_hard_negatives_alone_are_enough_data(tmp_path, base_dir):
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = train(
-        config(tmp_path, base_dir, str(path), data=[], pairs=[str(path)], positives="auto", max_steps=3)
+        train_config(tmp_path, base_dir, str(path), data=[], pairs=[str(path)], positives="auto", max_steps=3)
     )
     saved = json.loads((result.output_dir / "magnet_config.json").read_text())
     assert saved["training"]["config"]["positives"] == "pairs"
@@ -217,8 +203,8 @@ def test_pairs_with_hard_negatives_alone_are_enough_data(tmp_path, base_dir):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_gpu_run_uses_bf16_autocast_and_exports(tmp_path, base_dir, data_file):
-    result = train(config(tmp_path, base_dir, data_file, max_steps=3, device="cuda"))
+def test_gpu_run_uses_bf16_autocast_and_exports(tmp_path, base_dir, data_file, train_config):
+    result = train(train_config(tmp_path, base_dir, data_file, max_steps=3, device="cuda"))
     saved = json.loads((result.output_dir / "magnet_config.json").read_text())
     assert saved["training"]["config"]["mixed_precision"] == "auto"
     assert all(np.isfinite(r["loss"]) for r in read_metrics(result.metrics_path))
