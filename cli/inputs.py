@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from magnetsdk.records import DataError, read_texts
+from magnetsdk.records import DataError, decode_text, read_texts
 
 
 def read_lines(path: Path) -> list[str]:
@@ -32,11 +32,11 @@ def gather_texts(arguments: tuple[str, ...], input_file: Path | None, what: str 
         texts = read_lines(input_file)
         source = str(input_file)
     elif input_file is not None or not sys.stdin.isatty():
-        data = sys.stdin.buffer.read()
         try:
-            texts = [line for line in data.decode("utf-8").splitlines() if line.strip()]
-        except UnicodeDecodeError:
-            raise click.ClickException("standard input is not UTF-8 text") from None
+            content = decode_text(sys.stdin.buffer.read(), "standard input")
+        except DataError as error:
+            raise click.ClickException(str(error)) from None
+        texts = [line for line in content.splitlines() if line.strip()]
         source = "standard input"
     else:
         raise click.UsageError(f"give the {what} as arguments, with --input FILE, or on standard input")

@@ -21,6 +21,7 @@ target and swapped in by rename; a target holding files this script did not writ
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -81,11 +82,15 @@ FIGURES = [
 
 
 def figure(prefix: Path, suffix: str, key: str) -> float | None:
-    path = prefix.parent / f"{prefix.name}-{suffix}.json"
+    return result_figures(prefix.parent / f"{prefix.name}-{suffix}.json").get(key)
+
+
+@functools.cache
+def result_figures(path: Path) -> dict[str, float]:
+    """The figures of one ``magnet eval`` result file (empty when it was not measured), read once."""
     if not path.is_file():
-        return None
-    figures = json.loads(path.read_text(encoding="utf-8"))["figures"]
-    return figures.get(key)
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))["figures"]
 
 
 def scores_table(adapter_prefix: Path, base_prefix: Path) -> str:
