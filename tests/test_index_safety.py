@@ -17,6 +17,7 @@ import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import faiss
 import numpy as np
@@ -372,3 +373,41 @@ def test_a_kill_while_encoding_keeps_the_encoded_chunks(tmp_path, llama_magnet):
     pending = sqlite3.connect(directory / "pending.sqlite")
     assert pending.execute("SELECT count(*) FROM vectors").fetchone()[0] == 0  # emptied by the save
     pending.close()
+
+
+def _put_after(barrier, directory: str, rank: int, errors) -> None:
+    from magnetsdk.index.pending import PendingVectors
+
+    pending = PendingVectors(Path(directory))
+    barrier.wait()  # both processes open the new file at the same moment
+    try:
+        pending.put([f"{rank}-{i}" for i in range(3)], np.full((3, 4), rank, dtype=np.float32))
+    except Exception as error:  # reported to the test, which names it
+        errors.put(repr(error))
+    finally:
+        pending.close()
+
+
+def test_two_processes_start_the_same_pending_file_at_once(tmp_path):
+    # The ranks of a sharded run commit their first batches to one new pending.sqlite together;
+    # switching a new file to WAL fails at once with "database is locked" unless it is retried.
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    errors = context.Queue()
+    for attempt in range(20):  # without the retry, about 4 in 10 attempts failed
+        directory = tmp_path / str(attempt)
+        directory.mkdir()
+        barrier = context.Barrier(2)
+        ranks = [
+            context.Process(target=_put_after, args=(barrier, str(directory), r, errors)) for r in range(2)
+        ]
+        for process in ranks:
+            process.start()
+        for process in ranks:
+            process.join(timeout=60)
+        assert [p.exitcode for p in ranks] == [0, 0]
+        assert errors.empty(), errors.get()
+        conn = sqlite3.connect(directory / "pending.sqlite")
+        assert conn.execute("SELECT count(*) FROM vectors").fetchone()[0] == 6
+        conn.close()

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from magnetsdk.index.store import connect_wal
+
 PENDING_NAME = "pending.sqlite"
 
 
@@ -36,11 +38,12 @@ class PendingVectors:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, timeout=self._timeout, check_same_thread=False
-            )
-            conn.execute("PRAGMA journal_mode=WAL")
+            conn = connect_wal(self.path, self._timeout)
+            # The write lock first, then the schema: a plain CREATE starts as a reader and fails at
+            # once, without waiting, when another rank has created the table in the meantime.
+            conn.execute("BEGIN IMMEDIATE")
             conn.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vector BLOB NOT NULL)")
+            conn.execute("COMMIT")
             self._conn = conn
         return self._conn
 

@@ -15,6 +15,7 @@ may be used from several threads (the owning :class:`~magnetsdk.index.Index` ser
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,27 @@ from magnetsdk.index.errors import IndexBusyError, IndexCorruptedError
 STORE_NAME = "store.sqlite"
 # 0: stores written before the schema had a version (the same tables); 1: versioned.
 SCHEMA_VERSION = 1
+
+
+def connect_wal(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+    """An autocommit connection to ``path`` in WAL mode, waiting up to ``busy_timeout_s`` for other processes.
+
+    Switching a new database file to WAL takes its lock without SQLite's busy handler: when two
+    processes open the same new file at once, one gets "database is locked" at once. It is retried
+    here until the timeout, like every other locked statement.
+    """
+    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s, check_same_thread=False)
+    deadline = time.monotonic() + busy_timeout_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return conn
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                conn.close()
+                raise
+            time.sleep(0.01)
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -71,10 +93,7 @@ class Store:
         self.path = path
         self.closed = False
         try:
-            self.conn = sqlite3.connect(
-                path, isolation_level=None, timeout=busy_timeout_s, check_same_thread=False
-            )
-            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn = connect_wal(path, busy_timeout_s)
             self.conn.execute("PRAGMA synchronous=FULL")
             self.conn.execute("PRAGMA foreign_keys=ON")
             if create:
