@@ -82,6 +82,11 @@ class TrainConfig:
     lm_attention: LMAttention | None = None
     no_context_fraction: float | None = None  # MSG examples that are plain next-token prediction
     input_mask_probability: float | None = None  # MEAP: inputs of next-token examples masked
+    # Next-token examples (no context) also take kl_weight * KL(adapted || base) per predicted token:
+    # the base's distribution, tail included, is kept where the adapted model has nothing to learn
+    # from the data (rare tokens sampled, the base's knowledge). LoRA only: the base is the adapter
+    # switched off. 0: off.
+    kl_weight: float = 0.0
     mntp_first_fraction: float | None = None  # steps training MNTP alone before the rest (LLM2Vec)
     positives: PositiveSource | None = None
     ict_share: float = 0.0  # SSCL examples that are inverse-cloze pairs from --data, mixed into positives
@@ -212,6 +217,7 @@ class TrainConfig:
                 raise ValueError(f"{name}={value} must be >= 0")
         if not any(weights.values()):
             raise ValueError("all objective weights are 0; set at least one of " + ", ".join(weights))
+        self._check_kl()
         for name in (
             "no_context_fraction",
             "input_mask_probability",
@@ -281,6 +287,22 @@ class TrainConfig:
             and self.positives is not PositiveSource.PAIRS
         ):
             raise ValueError("SSCL needs in-batch negatives: batch_size must be at least 2")
+
+    def _check_kl(self) -> None:
+        if self.kl_weight < 0:
+            raise ValueError(f"kl_weight={self.kl_weight} must be >= 0 (0: off)")
+        if not self.kl_weight:
+            return
+        if self.full_finetune:
+            raise ValueError(
+                "kl_weight > 0 compares with the base model, i.e. the model with its LoRA adapter "
+                "switched off; a full fine-tune has none: set kl_weight=0 or train LoRA"
+            )
+        if not (self.msg_weight and self.no_context_fraction):
+            raise ValueError(
+                "kl_weight > 0 acts on the next-token examples, and this config has none: "
+                "set msg_weight > 0 and no_context_fraction > 0, or kl_weight=0"
+            )
 
     def lm_settings_check(self) -> None:
         """The span settings' checks (layout name, shares, the layout's rules), before any data is read."""

@@ -105,6 +105,7 @@ class StepLosses:
     sscl: float | None
     msg: float | None
     embeddings: torch.Tensor | None = None  # embed_only: the pooled views (rows of the ViewBatch)
+    kl: float | None = None  # KL(adapted || base) per next-token target (kl_weight > 0)
 
 
 def fused_rows_cost(lm: LMBatch, views: ViewBatch) -> tuple[int, int]:
@@ -133,18 +134,30 @@ class MagnetObjectives(torch.nn.Module):
       one chunk whose embedding gradients were computed beforehand; the contrastive term is the
       surrogate ``sum(embedding * gradient)``, whose gradient is the InfoNCE gradient.
     - ``embed_only`` returns the pooled views (no loss); called under ``torch.no_grad``.
+    - ``kl_weight`` > 0: the next-token rows (all span tokens, no context) also take
+      ``KL(adapted || base)`` at each target, the base being the same peft model with its adapter
+      switched off (one more pass, without gradients, over those rows only). The reverse direction
+      is the one that punishes mass the base does not give: rare, under-trained tokens.
     """
 
     _FUSE_SLACK = 1.15
 
     def __init__(
-        self, model: torch.nn.Module, lm_attention: str, temperature: float, fuse: bool = True
+        self,
+        model: torch.nn.Module,
+        lm_attention: str,
+        temperature: float,
+        fuse: bool = True,
+        kl_weight: float = 0.0,
     ) -> None:
         super().__init__()
+        if kl_weight and not hasattr(model, "disable_adapter"):
+            raise ValueError("kl_weight > 0 needs a peft model: the base is the model with its adapter off")
         self.model = model
         self.lm_attention = AttentionMode(lm_attention)
         self.temperature = temperature
         self.fuse = fuse
+        self.kl_weight = kl_weight
 
     def forward(
         self,
@@ -157,7 +170,7 @@ class MagnetObjectives(torch.nn.Module):
         w_mntp, w_sscl, w_msg = weights
         world = world_size()
         total = torch.zeros((), device=self._device())
-        mntp = msg = sscl = None
+        mntp = msg = sscl = kl = None
         use_lm = lm is not None and bool(w_mntp or w_msg) and not embed_only
         use_views = views is not None and (bool(w_sscl) or embed_only)
 
@@ -188,7 +201,7 @@ class MagnetObjectives(torch.nn.Module):
                 ).hidden  # (2b + h, n, d)
 
         if use_lm:
-            total, mntp, msg = self._token_losses(lm, lm_hidden, w_mntp, w_msg, world, total)
+            total, mntp, msg, kl = self._token_losses(lm, lm_hidden, w_mntp, w_msg, world, total)
 
         if use_views:
             pooled = pool(view_hidden, views.inputs, Pooling.LAST)  # (2b + h, d)
@@ -203,7 +216,7 @@ class MagnetObjectives(torch.nn.Module):
                 total = total + w_sscl * loss * world
                 sscl = float(loss.detach())
 
-        return StepLosses(total=total, mntp=mntp, sscl=sscl, msg=msg)
+        return StepLosses(total=total, mntp=mntp, sscl=sscl, msg=msg, kl=kl)
 
     def _fusable(self, lm: LMBatch, views: ViewBatch, view_grads: torch.Tensor | None) -> bool:
         if not self.fuse or view_grads is not None or self.lm_attention is AttentionMode.CAUSAL:
@@ -245,7 +258,39 @@ class MagnetObjectives(torch.nn.Module):
             total = total + weight * summed / count * world
             # A global batch without targets of this objective (no MNTP example drawn) logs none.
             values[index] = float(global_sum(summed) / count) if float(found) > 0 else None
-        return total, values[0], values[1]
+        kl = None
+        if self.kl_weight and w_msg:
+            msg_logits = logits[len(targets) - lm.msg_targets.numel() :] if targets.numel() else None
+            summed, found = self._kl_to_base(lm, msg_logits)
+            count = found.clamp_min(1.0)
+            total = total + self.kl_weight * summed / count * world
+            kl = float(global_sum(summed) / count) if float(found) > 0 else None
+        return total, values[0], values[1], kl
+
+    def _kl_to_base(self, lm: LMBatch, msg_logits: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(summed KL(adapted || base) over the next-token rows' targets, their global count)."""
+        plain_rows = (lm.is_span | ~lm.valid).all(dim=1)  # (b,) rows without a context token
+        plain = plain_rows[lm.msg_rows]  # (m,) targets in those rows
+        device = lm.input_ids.device
+        # Every process makes the same decoder calls (FSDP gathers each layer per call).
+        anywhere = float(global_sum(torch.tensor(float(plain.any()), device=device))) > 0
+        if not anywhere or msg_logits is None:
+            zero = (msg_logits.sum() * 0.0) if msg_logits is not None else torch.zeros((), device=device)
+            return zero, global_sum(torch.tensor(0.0, device=device))
+        # A process without next-token rows this step still runs the pass, on its first row.
+        picked = plain_rows if bool(plain_rows.any()) else torch.arange(len(plain_rows), device=device) == 0
+        with torch.no_grad(), self.model.disable_adapter():
+            base_hidden = run_decoder(
+                self.model, lm.input_ids[picked], lm.valid[picked], AttentionMode.HYBRID, lm.is_span[picked]
+            ).hidden
+            new_row = torch.cumsum(picked.long(), 0) - 1  # row in the picked sub-batch
+            base_logits = logits_at(
+                self.model, base_hidden[new_row[lm.msg_rows[plain]], lm.msg_positions[plain]]
+            )
+        log_p = F.log_softmax(msg_logits[plain], dim=-1)  # (k, V) adapted
+        log_q = F.log_softmax(base_logits, dim=-1)  # (k, V) base
+        summed = (log_p.exp() * (log_p - log_q)).sum()
+        return summed, global_sum(torch.tensor(float(plain.sum()), device=device))
 
     def _device(self) -> torch.device:
         return next(self.model.parameters()).device

@@ -203,7 +203,11 @@ class RunSetup:
             ),
         )
         objectives = MagnetObjectives(
-            self.trained, config.lm_attention.value, config.temperature, fuse=config.fuse_passes
+            self.trained,
+            config.lm_attention.value,
+            config.temperature,
+            fuse=config.fuse_passes,
+            kl_weight=config.kl_weight,
         )
         # FSDP's auto-wrap gives each class in `_no_split_modules` of the module it wraps its own
         # shard unit; hand the decoder's layer classes up from the model inside.

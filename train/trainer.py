@@ -151,14 +151,14 @@ class _Run(RunSetup):
         config = self.config
         started = time.perf_counter()
         weights = config.weights_at(step)
-        accumulated: dict[str, list[float]] = {"mntp": [], "sscl": [], "msg": []}
+        accumulated: dict[str, list[float]] = {"mntp": [], "sscl": [], "msg": [], "kl": []}
         tokens = 0
         total = 0.0
         for micro in range(config.gradient_accumulation):
             lm, views, items = self.batches.batch(step, micro, weights)
             tokens += (lm.tokens if lm is not None else 0) + (views.tokens if views is not None else 0)
             calls, sscl = self._calls(lm, views, weights)
-            values: dict[str, float | None] = {"mntp": None, "sscl": sscl, "msg": None}
+            values: dict[str, float | None] = {"mntp": None, "sscl": sscl, "msg": None, "kl": None}
             for index, (lm_part, view_part, grads, rng) in enumerate(calls):
                 last = micro == config.gradient_accumulation - 1 and index == len(calls) - 1
                 sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.module)
@@ -167,7 +167,7 @@ class _Run(RunSetup):
                         restore_rng(rng, self.accelerator.device)
                     with self.accelerator.autocast():
                         out = self.module(lm_part, view_part, weights, view_grads=grads)
-                    for key in ("mntp", "msg", "sscl"):
+                    for key in ("mntp", "msg", "sscl", "kl"):
                         if getattr(out, key) is not None:
                             values[key] = getattr(out, key)
                     bad = global_sum(
@@ -181,7 +181,11 @@ class _Run(RunSetup):
                     accumulated[key].append(value)
             total += sum(
                 w * v
-                for w, v in zip(weights, (values["mntp"], values["sscl"], values["msg"]), strict=True)
+                for w, v in zip(
+                    (*weights, config.kl_weight),
+                    (values["mntp"], values["sscl"], values["msg"], values["kl"]),
+                    strict=True,
+                )
                 if v is not None
             )
         if config.max_grad_norm:
@@ -196,6 +200,8 @@ class _Run(RunSetup):
         losses: dict[str, float | None] = {
             k: (sum(v) / len(v) if v else None) for k, v in accumulated.items()
         }
+        if not config.kl_weight:
+            del losses["kl"]
         losses["loss"] = total / config.gradient_accumulation
         tokens = int(global_sum(torch.tensor(tokens, device=self.accelerator.device)))
         return losses, tokens, time.perf_counter() - started
