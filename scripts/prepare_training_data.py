@@ -15,6 +15,12 @@ Writes, under ``--out`` (default ``runs/data``):
 - ``eval_prefixes.txt``: held-out WikiText paragraphs (from the first ``--holdout-lines`` lines) for
   the periodic generation check (``TrainConfig.eval_prefixes``).
 
+WikiText's own tokenisation is undone in the training text (``plain_wikitext``): `` @-@ `` is a
+hyphen again, punctuation and clitics are attached, and sentences with ``<unk>`` (a word the
+corpus removed) are dropped. A model trained on the tokenised form writes `` , `` and ``<unk>``
+itself (the adapter of 2026-12-01, steps 1-325, did). ``--wikitext-tokens`` keeps the old form.
+The evaluation items stay tokenised, as the base model's figures were measured on them.
+
 STS-B dev is never read: it is kept for model selection. The first 500 lines of WikiText-2 valid
 are never trained on either: the evaluations of ``docs/results.md`` read them (plain-text
 perplexity: the first 20,480 tokens, up to line 249; repetition: the first 200 prefixes, up to line
@@ -36,29 +42,49 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_heldout_sts import EVERY, heldout_sentences, read_rows, split_rows  # noqa: E402
 
 _ARTICLE = re.compile(r"^ = [^=].* = $")  # a top-level WikiText heading: one '=' on each side
+# A sentence ends at " . " (or ! ?) before a capital, a digit, an opening quote or bracket, or <unk>.
+_SENTENCE_END = re.compile(r"(?<= [.!?]) (?=[A-Z0-9\"(<])")
+_JOINED = [(" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."), ("( ", "("), ("[ ", "[")]
+_CLITIC = re.compile(r" (n't|'s|'re|'ve|'ll|'d|'m|')(?=\s|$)")
+_BEFORE_PUNCT = re.compile(r" ([,.;:!?)\]%])")
+_QUOTED = re.compile(r'" ([^"]*?) "')
+
+
+def plain_wikitext(text: str) -> str:
+    """WikiText-2's tokenised form as plain text; sentences with ``<unk>`` dropped ('' if none is left)."""
+    sentences = [s for s in _SENTENCE_END.split(text.strip()) if "<unk>" not in s]
+    out = " ".join(sentences)
+    for token, joined in _JOINED:
+        out = out.replace(token, joined)
+    out = _CLITIC.sub(r"\1", out)
+    out = _QUOTED.sub(r'"\1"', out)
+    return _BEFORE_PUNCT.sub(r"\1", out)
 
 
 def wikitext_paragraphs(
-    path: Path, min_words: int, skip_lines: int = 0, limit_lines: int | None = None
+    path: Path, min_words: int, skip_lines: int = 0, limit_lines: int | None = None, plain: bool = False
 ) -> list[str]:
     out = []
     for line in path.read_text(encoding="utf-8").splitlines()[skip_lines:limit_lines]:
         text = line.strip()
         if not text or text.startswith("="):
             continue
+        text = plain_wikitext(text) if plain else text
         if len(text.split()) >= min_words:
             out.append(text)
     return out
 
 
-def wikitext_articles(path: Path, skip_lines: int = 0) -> list[str]:
+def wikitext_articles(path: Path, skip_lines: int = 0, plain: bool = False) -> list[str]:
     """The articles after ``skip_lines``: paragraphs between top-level headings, joined by ``\\n``."""
     articles: list[list[str]] = [[]]
     for line in path.read_text(encoding="utf-8").splitlines()[skip_lines:]:
         if _ARTICLE.match(line):
             articles.append([])
         elif line.strip() and not line.strip().startswith("="):
-            articles[-1].append(line.strip())
+            text = plain_wikitext(line) if plain else line.strip()
+            if text:
+                articles[-1].append(text)
     return ["\n".join(a) for a in articles if a]
 
 
@@ -107,6 +133,11 @@ def main() -> None:
         help="leading lines of wiki.valid kept out of training for evaluation",
     )
     parser.add_argument("--eval-prefixes", type=int, default=16, help="held-out paragraphs for the check")
+    parser.add_argument(
+        "--wikitext-tokens",
+        action="store_true",
+        help="train on WikiText's tokenised form (' @-@ ', ' , ', '<unk>') instead of plain text",
+    )
     args = parser.parse_args()
 
     sts_train = args.shared / "stsb" / "sts-train.csv"
@@ -114,12 +145,12 @@ def main() -> None:
     wiki = args.shared / "wikitext2" / "wiki.valid.tokens"
     premises, pairs = snli_triples(args.shared / "snli", held)
     texts = (
-        wikitext_paragraphs(wiki, args.min_words, args.holdout_lines)
+        wikitext_paragraphs(wiki, args.min_words, args.holdout_lines, plain=not args.wikitext_tokens)
         + stsb_sentences(sts_train, held)
         + premises
     )
     unique = [t for t in dict.fromkeys(t for t in texts if t) if t not in held]
-    documents = wikitext_articles(wiki, args.holdout_lines)
+    documents = wikitext_articles(wiki, args.holdout_lines, plain=not args.wikitext_tokens)
     prefixes = wikitext_paragraphs(wiki, 40, 0, args.holdout_lines)[: args.eval_prefixes]
     heldout_rows, _ = split_rows(read_rows(sts_train), EVERY)
 

@@ -43,3 +43,29 @@ def test_prepared_data_keeps_the_heldout_sts_split_out_of_training(tmp_path):
     assert documents and all("\n" in d and not d.startswith("=") for d in documents)
     assert pairs and all(p["negative"] for p in pairs)
     assert len((out / "eval_prefixes.txt").read_text().splitlines()) > 0
+
+
+def test_wikitext_becomes_plain_text_and_sentences_with_unk_are_dropped(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from prepare_training_data import plain_wikitext
+
+    tokenised = (
+        " The game 's co @-@ leads , Emma ( born 1990 ) said \" it is n't 1 @,@ 000 \" . "
+        "<unk> had signed . It cost 2 @.@ 5 % more ; fine : yes !"
+    )
+    assert (
+        plain_wikitext(tokenised)
+        == "The game's co-leads, Emma (born 1990) said \"it isn't 1,000\". It cost 2.5% more; fine: yes!"
+    )
+    assert plain_wikitext("Only <unk> here .") == ""
+
+    shared = tiny_shared(tmp_path / "shared")
+    wiki = shared / "wikitext2" / "wiki.valid.tokens"
+    wiki.write_text(wiki.read_text() + " = Last = \n\n" + (tokenised + " The end of it , at last .\n") * 3)
+    out = tmp_path / "data"
+    script = str(ROOT / "scripts" / "prepare_training_data.py")
+    subprocess.run([sys.executable, script, "--shared", str(shared), "--out", str(out)], check=True)
+    documents = (out / "documents.jsonl").read_text()
+    assert "The game's co-leads, Emma" in documents and "The end of it, at last." in documents
+    assert "<unk>" not in documents and " @-@ " not in documents and " , " not in documents
+    assert "The end of it, at last." in (out / "text.txt").read_text()
