@@ -227,6 +227,11 @@ def _fit_shift(encoder, texts_file: Path, mode: str, weight: float, batch_size: 
     is_flag=True,
     help="Hold back EOS so every continuation has --new-tokens tokens (equal lengths across models).",
 )
+@click.option(
+    "--judge",
+    help="A model (name or directory, e.g. default-base) that reads every continuation again: its "
+    "perplexity of them and the share of tokens it gives p < 1e-6 (implausible).",
+)
 @_common
 def repetition(
     file,
@@ -238,6 +243,7 @@ def repetition(
     seed,
     batch_size,
     full_length,
+    judge,
     limit,
     output,
     fmt,
@@ -250,6 +256,7 @@ def repetition(
     from magnetsdk.eval.repetition import evaluate_repetition
 
     magnet = open_magnet(model, adapter, device, dtype)
+    judge_model = open_magnet(judge, None, device, dtype) if judge else None
     _run(
         "repetition",
         output,
@@ -266,6 +273,7 @@ def repetition(
             batch_size=batch_size,
             decodings=decoding or ("greedy", "nucleus"),
             full_length=full_length,
+            judge=judge_model,
         ),
     )
 

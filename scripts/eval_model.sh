@@ -22,7 +22,7 @@ TASKS=${TASKS:-sts-dev sts-heldout retrieval lm repetition repetition-full infil
 export HF_HUB_OFFLINE=1
 mkdir -p runs/eval runs/logs
 repetition=(repetition "$W" --limit 100 --prefix-tokens 32 --new-tokens 128 --top-p 0.9 --temperature 1.0
-  --seed 0 --batch-size 16)
+  --seed 0 --batch-size 16 --judge default-base)
 infill=(--layout spm --generate 40 --max-new-tokens 48 --batch-size 8)
 for task in $TASKS; do
   case $task in

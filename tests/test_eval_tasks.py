@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from magnetsdk.attention import AttentionMode, allowed, backend_mask
+from magnetsdk.eval import repetition as repetition_module
 from magnetsdk.eval.dependence import averaged_attention, eager_attention, evaluate_dependence
 from magnetsdk.eval.infill import (
     InfillItem,
@@ -21,7 +22,7 @@ from magnetsdk.eval.infill import (
 )
 from magnetsdk.eval.lm import evaluate_lm, windows
 from magnetsdk.eval.probe import LinearProbe, evaluate_probe, read_conll
-from magnetsdk.eval.repetition import cut_prefixes, evaluate_repetition
+from magnetsdk.eval.repetition import cut_prefixes, evaluate_repetition, judge_logprobs
 from magnetsdk.eval.scoring import ScoredSequence, target_nll
 from magnetsdk.forward import attn_implementation
 from magnetsdk.layout import infill_layout
@@ -255,6 +256,35 @@ def test_repetition_cuts_prefixes_and_measures_continuations(base, tmp_path):
     assert result.figures["greedy.rep4"] == pytest.approx(expected)
     with pytest.raises(ValueError, match="no prefix"):
         evaluate_repetition(base, path, prefix_tokens=500, show_progress=False)
+
+
+def test_a_judge_reads_each_continuation_after_its_prefix(base, tmp_path, monkeypatch):
+    prefixes = ["The cat sat on", "A dog runs in the park while", "Hi"]
+    continuations = [" the mat.", " children play and", ""]
+    batched = judge_logprobs(base, prefixes, continuations, batch_size=3)  # padded rows
+    for prefix, continuation, got in zip(prefixes, continuations, batched, strict=True):
+        head = [*base.prefix, *base.tokenizer(prefix, add_special_tokens=False)["input_ids"]]
+        cont = base.tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logp = base.model(input_ids=torch.tensor([head + cont])).logits[0].float().log_softmax(-1)
+        expected = [float(logp[len(head) + i - 1, t]) for i, t in enumerate(cont)]
+        assert got == pytest.approx(expected, abs=1e-4)
+
+    path = tmp_path / "prefixes.txt"
+    path.write_text(
+        "The cat sat on the mat and looked at the door.\nA dog runs in the park while children play.\n"
+    )
+    judged = evaluate_repetition(base, path, prefix_tokens=5, new_tokens=12, show_progress=False, judge=base)
+    # Nucleus samples of the judge's own distribution: never below p = 1e-6 under it.
+    assert judged.figures["nucleus.implausible"] == 0.0
+    assert judged.figures["greedy.judge_ppl"] > 1.0
+    assert judged.headers[-2:] == ["judge ppl", "implausible %"]
+    assert judged.settings["judge"]["model"] == base.identity.model
+    monkeypatch.setattr(repetition_module, "IMPLAUSIBLE_P", 1.0)  # every token is below p = 1
+    everything = evaluate_repetition(
+        base, path, prefix_tokens=5, new_tokens=12, show_progress=False, judge=base
+    )
+    assert everything.figures["greedy.implausible"] == 1.0
 
 
 CONLL = """-DOCSTART- -X- O O

@@ -12,6 +12,14 @@ tokens: a model that stops early otherwise has fewer tokens in which to repeat i
 - rep-sen of one continuation: split into sentences, ``(sentences - unique sentences) / sentences``.
 
 Both are averaged over the continuations that have at least one 4-gram / one sentence.
+
+With a ``judge`` (another :class:`~magnetsdk.Magnet`, e.g. the base model) every continuation is
+read again by the judge, causally, after its prefix (the text tokenized with the judge's
+tokenizer): ``judge_ppl`` is the judge's perplexity of the continuation tokens, and
+``implausible`` the share of them to which the judge gives a probability below
+:data:`IMPLAUSIBLE_P` (1e-6): tokens no fluent writer picks, such as the rare, under-trained
+entries of a vocabulary that an adapted model can start to sample. A nucleus sampler over the
+judge's own distribution never picks one, so the judge's own figure is 0.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.records import read_texts
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+IMPLAUSIBLE_P = 1e-6
 
 
 def ngram_repetition(tokens: Sequence[Any], n: int = 4) -> float | None:
@@ -54,6 +63,37 @@ def sentence_repetition(text: str) -> float | None:
 def mean_defined(values: list[float | None]) -> float:
     defined = [v for v in values if v is not None]
     return float(np.mean(defined)) if defined else float("nan")
+
+
+def judge_logprobs(
+    judge: Any, prefixes: list[str], continuations: list[str], batch_size: int = 16
+) -> list[list[float]]:
+    """The judge's log-probability of each continuation token after its prefix (causal, teacher-forced)."""
+    import torch
+
+    tokenizer = judge.tokenizer
+    rows = []
+    for prefix, continuation in zip(prefixes, continuations, strict=True):
+        head = [*judge.prefix, *tokenizer(prefix, add_special_tokens=False)["input_ids"]]
+        rows.append((head, tokenizer(continuation, add_special_tokens=False)["input_ids"]))
+    out: list[list[float]] = []
+    with judge.lock, torch.inference_mode():
+        for first in range(0, len(rows), batch_size):
+            batch = rows[first : first + batch_size]
+            n = max(len(h) + len(c) for h, c in batch)
+            ids = torch.full((len(batch), n), judge.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), n), dtype=torch.long)
+            for row, (head, cont) in enumerate(batch):
+                ids[row, : len(head) + len(cont)] = torch.tensor(head + cont)
+                mask[row, : len(head) + len(cont)] = 1
+            logits = judge.model(input_ids=ids.to(judge.device), attention_mask=mask.to(judge.device)).logits
+            logp = logits.float().log_softmax(-1).cpu()  # (b, n, V)
+            for row, (head, cont) in enumerate(batch):
+                positions = torch.arange(len(head) - 1, len(head) + len(cont) - 1)
+                out.append(
+                    logp[row, positions, torch.tensor(cont, dtype=torch.long)].tolist() if cont else []
+                )
+    return out
 
 
 def cut_prefixes(
@@ -87,8 +127,10 @@ def evaluate_repetition(
     decodings: Sequence[str] = ("greedy", "nucleus"),
     show_progress: bool = True,
     full_length: bool = False,
+    judge: Any = None,
 ) -> EvalResult:
-    """rep-4 and rep-sen of greedy and/or nucleus continuations of the prefixes in ``path``."""
+    """rep-4 and rep-sen of greedy and/or nucleus continuations of the prefixes in ``path``; with a
+    ``judge`` model also its perplexity of them and the share of implausible tokens."""
     unknown = sorted(set(decodings) - {"greedy", "nucleus"})
     if unknown or not decodings:
         raise ValueError(f"decodings {unknown or '[]'} are not a non-empty subset of ['greedy', 'nucleus']")
@@ -130,14 +172,27 @@ def evaluate_repetition(
         figures[f"{decoding}.rep4"] = rep4
         figures[f"{decoding}.rep_sen"] = rep_sen
         figures[f"{decoding}.tokens"] = length
-        rows.append(
-            [decoding, len(continuations), f"{length:.1f}", f"{100 * rep4:.2f}", f"{100 * rep_sen:.2f}"]
-        )
+        row = [decoding, len(continuations), f"{length:.1f}", f"{100 * rep4:.2f}", f"{100 * rep_sen:.2f}"]
+        if judge is not None:
+            scored = [
+                lp for each in judge_logprobs(judge, prefixes, continuations, batch_size) for lp in each
+            ]
+            threshold = float(np.log(IMPLAUSIBLE_P))
+            figures[f"{decoding}.judge_ppl"] = float(np.exp(-np.mean(scored))) if scored else float("nan")
+            figures[f"{decoding}.implausible"] = (
+                float(np.mean([lp < threshold for lp in scored])) if scored else float("nan")
+            )
+            row += [
+                f"{figures[f'{decoding}.judge_ppl']:.2f}",
+                f"{100 * figures[f'{decoding}.implausible']:.2f}",
+            ]
+        rows.append(row)
         details[decoding] = continuations
     return EvalResult(
         task="repetition",
         figures=figures,
-        headers=["decoding", "continuations", "mean tokens", "rep-4 %", "rep-sen %"],
+        headers=["decoding", "continuations", "mean tokens", "rep-4 %", "rep-sen %"]
+        + (["judge ppl", "implausible %"] if judge is not None else []),
         rows=rows,
         settings={
             "prefix_tokens": prefix_tokens,
@@ -150,6 +205,8 @@ def evaluate_repetition(
             "repetition_penalty": 1.0,
             "decodings": list(decodings),
             "full_length": full_length,
+            "judge": judge.identity.to_dict() if judge is not None else None,
+            "implausible_below_p": IMPLAUSIBLE_P if judge is not None else None,
         },
         model=magnet.identity.to_dict(),
         data=[data_file(path)],
