@@ -62,6 +62,11 @@ def run(*args: str):
     [
         ("sts", ["pairs.tsv", "--pooling", "mean", "--attention", "causal"], "pairs.spearman"),
         ("repetition", ["texts.txt", "--prefix-tokens", "4", "--new-tokens", "6"], "greedy.rep4"),
+        (
+            "repetition",
+            ["texts.txt", "--prefix-tokens", "4", "--new-tokens", "6", "--judge", "MODEL"],
+            "nucleus.implausible",
+        ),
         ("infill", ["items.jsonl", "--generate", "1", "--max-new-tokens", "3"], "ppl_both_sides"),
         ("probe", ["train.conll", "train.conll"], "accuracy"),
         ("dependence", ["texts.txt", "--min-tokens", "4"], "bidirectional.after"),
@@ -69,7 +74,7 @@ def run(*args: str):
     ],
 )
 def test_each_task_writes_a_result_and_prints_its_table(model_dir, data, tmp_path, task, arguments, figure):
-    files = [str(data / a) if (data / a).is_file() else a for a in arguments]
+    files = [str(data / a) if (data / a).is_file() else model_dir if a == "MODEL" else a for a in arguments]
     out = tmp_path / f"{task}.json"
     result = run(task, *files, "--model", model_dir, "--limit", "3", "--output", str(out))
     assert result.exit_code == 0, result.output
