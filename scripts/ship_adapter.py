@@ -56,6 +56,13 @@ FIGURES = [
     ),
     ("repetition", "greedy.tokens", "natural continuation length, greedy, of 128", 1, "+"),
     (
+        "repetition",
+        "nucleus.implausible",
+        "nucleus tokens the base model gives p < 1e-6 (--judge default-base), %",
+        100,
+        "-",
+    ),
+    (
         "repetition-full",
         "nucleus.rep4",
         "rep-4 % at equal length (128 tokens, EOS held back), nucleus",
@@ -118,7 +125,9 @@ def run_summary(run: Path) -> dict[str, object]:
         "steps": last["step"],
         "tokens": sum(int(r.get("tokens", 0)) for r in by_step.values()),
         "wall_s": sum(_segment_seconds(steps)),
-        "final_losses": {k: round(last[k], 3) for k in ("mntp", "sscl", "msg") if last.get(k) is not None},
+        "final_losses": {
+            k: round(last[k], 3) for k in ("mntp", "sscl", "msg", "kl") if last.get(k) is not None
+        },
     }
 
 
@@ -139,7 +148,7 @@ def model_card(run: Path, command: str, adapter_prefix: Path, base_prefix: Path,
     keys = ("recipe", "max_steps", "batch_size", "contrastive_batch_size", "max_length", "sscl_max_length",
             "learning_rate", "schedule", "warmup_steps", "lora_r", "lora_alpha", "positives", "ict_share",
             "temperature", "mntp_weight", "sscl_weight", "msg_weight", "no_context_fraction",
-            "mntp_fraction", "infill_layout", "mixed_precision", "seed")  # fmt: skip
+            "mntp_fraction", "kl_weight", "infill_layout", "mixed_precision", "seed")  # fmt: skip
     settings = "\n".join(f"| {k} | {config.get(k)} |" for k in keys if k in config)
     return f"""# magnetsdk default adapter (SmolLM2-135M-Instruct, MAGNET recipe)
 
@@ -161,7 +170,8 @@ On this project's development machine: 2 CPU cores, one process, bf16 autocast
 {command}
 ```
 
-Data (`scripts/prepare_training_data.py --holdout-lines 1000`; nothing downloaded): WikiText-2
+Data (`scripts/prepare_training_data.py --holdout-lines 1000`; nothing downloaded; the notes
+below say which form of WikiText each part of the run read): WikiText-2
 valid paragraphs after line 1000 (lines 1-1000 are held out: the infill, perplexity, repetition
 and retrieval evaluations read them) as missing-span and MNTP texts and, whole articles with EOS
 only at an article's end, as next-token documents; STS-B train sentences except the held-out
