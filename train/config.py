@@ -7,6 +7,10 @@ exported model's ``magnet_config.json`` (``training``), so a model records how i
 
 This module knows nothing about models or tensors, and importing it does not import torch (the
 ``magnet`` command builds its flags from these fields at start-up).
+
+This file is longer than the ~400 lines other modules keep to because every field of a run and
+the check that names its bad values belong together: split, a field's rule would live away from
+its declaration.
 """
 
 from __future__ import annotations
