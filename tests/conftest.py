@@ -69,3 +69,34 @@ def _small_train_config(tmp_path, base_model, data_file, **overrides):
 def train_config():
     """``train_config(tmp_path, base_model, data_file, **overrides)``: the training tests' small config."""
     return _small_train_config
+
+
+def _lm_batch(tokenizer, settings, texts, seed: int = 0):
+    """The collated LM rows of ``texts`` under ``settings`` (example ``i`` drawn with ``example_rng(seed, i)``)."""
+    from magnetsdk.train.collate import build_lm_example, collate_lm
+    from magnetsdk.train.masking import example_rng
+
+    from magnetsdk.encoding import special_prefix
+    from magnetsdk.layout import resolve_layout_tokens
+
+    layout, _ = resolve_layout_tokens(tokenizer)
+    prefix = special_prefix(tokenizer)
+    examples = [
+        build_lm_example(
+            tokenizer(t, add_special_tokens=False)["input_ids"],
+            layout,
+            prefix,
+            tokenizer.eos_token_id,
+            len(tokenizer),
+            settings,
+            example_rng(seed, i),
+        )
+        for i, t in enumerate(texts)
+    ]
+    return collate_lm(examples, tokenizer.pad_token_id)
+
+
+@pytest.fixture(scope="session")
+def lm_batch():
+    """``lm_batch(tokenizer, settings, texts, seed=0)``: the objective tests' collated LM rows."""
+    return _lm_batch

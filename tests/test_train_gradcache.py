@@ -5,14 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from magnetsdk.train.adaptation import make_trainable
-from magnetsdk.train.collate import LMSettings, build_lm_example, collate_lm, collate_views
+from magnetsdk.train.collate import LMSettings, collate_views
 from magnetsdk.train.config import TrainConfig
 from magnetsdk.train.gradcache import cache_view_gradients, restore_rng, split_view_batch
-from magnetsdk.train.masking import example_rng
 from magnetsdk.train.objectives import MagnetObjectives
 
-from magnetsdk.encoding import special_prefix
-from magnetsdk.layout import resolve_layout_tokens
 from magnetsdk.testing import _CORPUS, tiny_model, tiny_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -107,25 +104,10 @@ def test_dropout_masks_are_replayed_in_the_gradient_pass():
         torch.testing.assert_close(again, replay)  # ... and a restored generator replays it
 
 
-def test_one_fused_pass_gives_the_losses_of_two_passes():
+def test_one_fused_pass_gives_the_losses_of_two_passes(lm_batch):
     tokenizer = tiny_tokenizer()
-    layout, _ = resolve_layout_tokens(tokenizer)
-    prefix = special_prefix(tokenizer)
     settings = LMSettings(True, True, 0.2, 0.2, 3, 0.0, 0.0)
-    texts = sorted(set(_CORPUS))[:6]
-    examples = [
-        build_lm_example(
-            tokenizer(t, add_special_tokens=False)["input_ids"],
-            layout,
-            prefix,
-            tokenizer.eos_token_id,
-            len(tokenizer),
-            settings,
-            example_rng(0, i),
-        )
-        for i, t in enumerate(texts)
-    ]
-    lm = collate_lm(examples, tokenizer.pad_token_id)
+    lm = lm_batch(tokenizer, settings, sorted(set(_CORPUS))[:6])
     views = views_batch(tokenizer)
     calls = []
     fused, model = lora_objectives(fuse=True)

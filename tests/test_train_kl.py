@@ -8,14 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from magnetsdk.train.adaptation import make_trainable
-from magnetsdk.train.collate import LMSettings, build_lm_example, collate_lm
+from magnetsdk.train.collate import LMSettings
 from magnetsdk.train.config import TrainConfig
-from magnetsdk.train.masking import example_rng
 from magnetsdk.train.objectives import MagnetObjectives
 from magnetsdk.train.trainer import train
 
-from magnetsdk.encoding import special_prefix
-from magnetsdk.layout import resolve_layout_tokens
 from magnetsdk.testing import _CORPUS, tiny_model, tiny_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -34,26 +31,11 @@ def lora_model(perturb: bool):
     return trained
 
 
-def lm_batch(tokenizer):
-    layout, _ = resolve_layout_tokens(tokenizer)
-    prefix = special_prefix(tokenizer)
+def plain_and_context_rows(tokenizer, lm_batch):
     settings = LMSettings(
         True, True, 0.2, 0.2, 3, 0.5, 0.0, layout="spm", mntp_fraction=0.3, msg_mask_fraction=0.0
     )
-    texts = sorted(set(_CORPUS))[:8]
-    examples = [
-        build_lm_example(
-            tokenizer(t, add_special_tokens=False)["input_ids"],
-            layout,
-            prefix,
-            tokenizer.eos_token_id,
-            len(tokenizer),
-            settings,
-            example_rng(3, i),
-        )
-        for i, t in enumerate(texts)
-    ]
-    lm = collate_lm(examples, tokenizer.pad_token_id)
+    lm = lm_batch(tokenizer, settings, sorted(set(_CORPUS))[:8], seed=3)
     plain = (lm.is_span | ~lm.valid).all(dim=1)
     assert 0 < int(plain.sum()) < len(plain), "the batch needs next-token rows and rows with context"
     return lm, plain
@@ -75,18 +57,18 @@ def kl_by_hand(model, lm, plain) -> float:
     return sum(values) / len(values)
 
 
-def test_kl_is_zero_while_the_adapter_is_the_identity():
+def test_kl_is_zero_while_the_adapter_is_the_identity(lm_batch):
     tokenizer = tiny_tokenizer()
     model = lora_model(perturb=False)
-    lm, _ = lm_batch(tokenizer)
+    lm, _ = plain_and_context_rows(tokenizer, lm_batch)
     out = MagnetObjectives(model, "hybrid", 0.05, kl_weight=1.0)(lm, None, WEIGHTS)
     assert out.kl is not None and abs(out.kl) < 1e-6
 
 
-def test_kl_is_the_divergence_from_the_base_on_next_token_rows_only():
+def test_kl_is_the_divergence_from_the_base_on_next_token_rows_only(lm_batch):
     tokenizer = tiny_tokenizer()
     model = lora_model(perturb=True)
-    lm, plain = lm_batch(tokenizer)
+    lm, plain = plain_and_context_rows(tokenizer, lm_batch)
     with_kl = MagnetObjectives(model, "hybrid", 0.05, kl_weight=0.5)(lm, None, WEIGHTS)
     without = MagnetObjectives(model, "hybrid", 0.05)(lm, None, WEIGHTS)
     expected = kl_by_hand(model, lm, plain)
