@@ -292,9 +292,28 @@ def repetition(
     type=click.Choice([*INFILL_LAYOUTS, "all"]),
     help="Infill layout(s) to score, repeatable; 'all' scores every layout [default: the model's own].",
 )
+@click.option(
+    "--candidates",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Fill the --generate gaps by ranking this many candidates (Magnet.infill(candidates=N), seed 0).",
+)
 @_common
 def infill(
-    file, batch_size, generate, max_new_tokens, layouts, limit, output, fmt, model, adapter, device, dtype
+    file,
+    batch_size,
+    generate,
+    max_new_tokens,
+    layouts,
+    candidates,
+    limit,
+    output,
+    fmt,
+    model,
+    adapter,
+    device,
+    dtype,
 ):
     """Span perplexity with both sides (per layout), a shuffled-right control and the left side
     only; FILE is jsonl {"left", "span", "right"}."""
@@ -306,7 +325,9 @@ def infill(
         "infill",
         output,
         fmt,
-        lambda: evaluate_infill(magnet, file, limit, batch_size, generate, max_new_tokens, layouts=names),
+        lambda: evaluate_infill(
+            magnet, file, limit, batch_size, generate, max_new_tokens, layouts=names, candidates=candidates
+        ),
     )
 
 

@@ -109,6 +109,13 @@ def encode(
 )
 @click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True))
 @click.option("--seed", default=None, type=int)
+@click.option(
+    "--candidates",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rank this many fills (the decoded one and the rest sampled) by the filled text's likelihood.",
+)
 @_FORMAT
 def infill(
     texts,
@@ -124,6 +131,7 @@ def infill(
     temperature,
     top_p,
     seed,
+    candidates,
     fmt,
 ):
     """Fill the gaps marked in each text (default marker: [GAP]) using both sides."""
@@ -142,6 +150,7 @@ def infill(
             temperature=temperature,
             top_p=top_p,
             seed=seed,
+            candidates=candidates,
         )
     except (TypeError, ValueError) as error:
         raise fail(error, {"gap_marker": "--marker"}) from None

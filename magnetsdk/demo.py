@@ -37,7 +37,8 @@ def run_demo(magnet: Magnet, echo: Callable[[str], None] = print) -> dict:
 
     text = "The Eiffel Tower is in [GAP], the capital of France."
     start = time.perf_counter()
-    filled = magnet.infill(text, max_new_tokens=8)
+    # Eight fills (the greedy one and seven sampled, seeded) ranked by the filled text's likelihood.
+    filled = magnet.infill(text, max_new_tokens=8, candidates=8, seed=0)
     echo(f"\n[infill] {text}\n  -> {filled.text!r}   ({time.perf_counter() - start:.2f}s)")
 
     prompt = "The best way to learn a new language is"

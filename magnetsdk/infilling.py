@@ -8,19 +8,35 @@ step; ``use_cache=False`` runs that recompute and is the reference the tests com
 
 This module owns the span state machine (END closes a span, SPAN opens the next one where the
 layout has it); the decode loop, sampling and seeding are :mod:`magnetsdk.decoding`'s.
+
+Ranking (``Magnet.infill(candidates=N)``): a fill decoded left to right reads the right side but
+commits to each token before it knows how the sentence will meet that side. With several
+candidates, each whole filled text is scored by the same weights read causally (the generator), and
+the fill whose text is most likely wins: :func:`text_log_likelihood`. The right side then votes
+through every one of its tokens, which is what the decode order alone cannot give.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from magnetsdk.decoding import Prompt, Sampling, decode
+from magnetsdk.decoding import Prompt, Sampling, check_decoding, decode
 from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, lay_out
 
 DEFAULT_GAP_MARKER = "[GAP]"
+
+
+@dataclass(frozen=True)
+class InfillCandidate:
+    """One fill of all of a text's gaps, with the causal log-likelihood of the filled text."""
+
+    spans: list[str]
+    log_likelihood: float
 
 
 @dataclass
@@ -28,6 +44,26 @@ class InfillResult:
     text: str  # the input with every gap filled
     spans: list[str]  # the generated text of each gap, in order
     span_ids: list[list[int]] = field(repr=False, default_factory=list)
+    # With candidates > 1: every distinct fill, most likely first (the first is the one chosen).
+    candidates: list[InfillCandidate] = field(repr=False, default_factory=list)
+
+
+def text_log_likelihood(
+    model: torch.nn.Module, texts: list[list[int]], prefix: list[int], pad_id: int, batch_size: int = 8
+) -> list[float]:
+    """The causal log-likelihood (natural log, summed) of each text's tokens after ``prefix``.
+
+    With an empty prefix the first token has nothing to be predicted from and is not scored; the
+    texts being compared share their beginning, so that leaves their order unchanged.
+    """
+    from magnetsdk.eval.scoring import ScoredSequence, target_nll
+
+    sequences = []
+    for ids in texts:
+        full = list(prefix) + list(ids)
+        first = max(len(prefix), 1)
+        sequences.append(ScoredSequence(full, list(range(first - 1, len(full) - 1)), full[first:]))
+    return [-float(nll.sum()) for nll in target_nll(model, sequences, "causal", pad_id, batch_size)]
 
 
 def split_gaps(text: str, marker: str) -> list[str]:
@@ -65,6 +101,94 @@ def join_filled(segments: list[str], spans: list[str], moved: list[str]) -> tupl
         for span, space in zip(spans, moved, strict=True)
     ]
     return segments[0] + "".join(s + seg for s, seg in zip(written, segments[1:], strict=True)), written
+
+
+def candidate_sampling(
+    candidates: int, temperature: float, top_p: float, sampling: Sampling
+) -> Sampling | None:
+    """How ``Magnet.infill`` samples its extra candidates, or ``None`` when there is nothing to rank."""
+    if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
+        raise ValueError(
+            f"candidates={candidates!r} must be an integer of at least 1 (1 decodes one fill and ranks nothing)"
+        )
+    if candidates == 1:
+        return None
+    check_decoding(1, temperature, top_p)
+    if temperature == 0:
+        raise ValueError(
+            "candidate_temperature=0 would make every candidate the greedy fill; "
+            "give a temperature above 0 (e.g. 0.8) or candidates=1"
+        )
+    return Sampling(temperature, top_p, sampling.repetition_penalty, sampling.seed)
+
+
+# A span's final punctuation, and the marks after which a shorter span may end (a clause boundary).
+CLOSING_PUNCTUATION = ".,;:!?"
+
+
+def shorter_spans(span: str) -> list[str]:
+    """``span`` ended early at each clause boundary (after punctuation followed by a space), and each
+    of those and ``span`` itself without its final punctuation: the other ways the span could meet
+    the text after it. A model trained on whole-sentence spans ends most spans with a full stop, also
+    before a right side that goes on with ", the capital of France."."""
+    cuts = [
+        span[: i + 1] for i in range(len(span) - 1) if span[i] in CLOSING_PUNCTUATION and span[i + 1] == " "
+    ]
+    found: list[str] = []
+    for cut in [*cuts, span]:
+        for option in (cut, cut.rstrip().rstrip(CLOSING_PUNCTUATION)):
+            if option.strip() and option != span and option not in found:
+                found.append(option)
+    return found
+
+
+def best_fill(
+    magnet: Any, segments: list[str], options: list[list[list[int]]], moved: list[str], ranked: bool
+) -> InfillResult:
+    """One text's result: its only fill, or the most likely of its candidates.
+
+    ``options`` holds each decoded candidate's span ids. Ranked, the candidates are the decoded
+    fills and, for each, every :func:`shorter_spans` variant of one gap at a time; the filled texts
+    are scored by :func:`text_log_likelihood` and the first of the best wins. ``candidates`` lists
+    the fills that were ranked, most likely first."""
+    tokenizer = magnet.tokenizer
+    decoded = [[tokenizer.decode(s, skip_special_tokens=True) for s in ids] for ids in options]
+    if not ranked:
+        text, written = join_filled(segments, decoded[0], moved)
+        return InfillResult(text=text, spans=written, span_ids=options[0])
+    fills: dict[str, tuple[list[str], list[list[int]]]] = {}  # filled text -> (spans, span ids)
+    for spans, ids in zip(decoded, options, strict=True):
+        variants = [(spans, ids)]
+        for gap, span in enumerate(spans):
+            for shorter in shorter_spans(span):
+                cut = [*spans[:gap], shorter, *spans[gap + 1 :]]
+                cut_ids = [
+                    *ids[:gap],
+                    tokenizer(shorter, add_special_tokens=False)["input_ids"],
+                    *ids[gap + 1 :],
+                ]
+                variants.append((cut, cut_ids))
+        for spans_v, ids_v in variants:
+            text, written = join_filled(segments, spans_v, moved)
+            fills.setdefault(text, (written, ids_v))  # the same text twice is scored once
+    # A gap is there because a word is missing: a fill of punctuation alone (" ,") can read as the
+    # likeliest text, so it is ranked only when no candidate holds a letter or digit.
+    worded = [text for text, (spans, _) in fills.items() if all(re.search(r"\w", s) for s in spans)]
+    texts = worded or list(fills)
+    scores = text_log_likelihood(
+        magnet.model,
+        [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts],
+        magnet.prefix,
+        magnet.pad_id,
+    )
+    order = sorted(range(len(texts)), key=lambda i: -scores[i])  # a stable sort: earlier wins ties
+    best = texts[order[0]]
+    return InfillResult(
+        text=best,
+        spans=fills[best][0],
+        span_ids=fills[best][1],
+        candidates=[InfillCandidate(fills[texts[i]][0], scores[i]) for i in order],
+    )
 
 
 @dataclass

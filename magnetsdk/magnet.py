@@ -33,8 +33,9 @@ from magnetsdk.generation import GenerationSettings, generate_texts
 from magnetsdk.infilling import (
     DEFAULT_GAP_MARKER,
     InfillResult,
+    best_fill,
+    candidate_sampling,
     decode_spans,
-    join_filled,
     move_spaces_into_gaps,
     split_gaps,
 )
@@ -358,6 +359,9 @@ class Magnet:
         use_cache: bool = True,
         repetition_penalty: float = 1.0,
         layout: InfillLayout | str | None = None,
+        candidates: int = 1,
+        candidate_temperature: float = 0.8,
+        candidate_top_p: float = 0.95,
     ) -> InfillResult | list[InfillResult]:
         """Fill each ``gap_marker`` in ``text`` (or the gap between ``left`` and ``right``).
 
@@ -365,6 +369,13 @@ class Magnet:
         list. ``layout`` defaults to the model's :attr:`infill_layout` (the one it was trained
         with); ``repetition_penalty`` counts the span tokens decoded so far. ``use_cache=False``
         recomputes the whole sequence at every step (the slow reference).
+
+        ``candidates=N`` (N > 1) ranks N fills of each text: the one decoded with the settings above
+        and N - 1 sampled at ``candidate_temperature`` / ``candidate_top_p``. The filled text the
+        model itself finds most likely, read left to right, wins (see :mod:`magnetsdk.infilling`);
+        ``InfillResult.candidates`` lists every distinct fill with its log-likelihood. Sampled
+        candidate ``k`` (1..N-1) of the call's text ``i`` is seeded ``seed + i * (N - 1) + k - 1``,
+        so a seeded call is reproducible; unseeded, the candidates differ from call to call.
         """
         if text is None:
             if left is None and right is None:
@@ -378,6 +389,7 @@ class Magnet:
         check_temperature(temperature)
         check_decoding(max_new_tokens, temperature, top_p)
         sampling = Sampling(temperature, top_p, repetition_penalty, seed)
+        ranking = candidate_sampling(candidates, candidate_temperature, candidate_top_p, sampling)
         chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
         pieces, spaces = zip(*(move_spaces_into_gaps(split_gaps(t, gap_marker)) for t in texts), strict=True)
         results: list[InfillResult] = []
@@ -388,24 +400,34 @@ class Magnet:
                     [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in segments]
                     for segments in chunk
                 ]
-                spans = decode_spans(
-                    self.model,
-                    contexts,
-                    self.layout,
-                    self._prefix,
-                    self._pad_id,
-                    max_new_tokens=max_new_tokens,
-                    sampling=sampling,
-                    layout=chosen_layout,
-                    use_cache=use_cache,
-                    eos_id=self.tokenizer.eos_token_id,
-                    first_row=start,
-                )
+
+                def fill(rows: list[list[list[int]]], how: Sampling, first: int) -> list[list[list[int]]]:
+                    found: list[list[list[int]]] = []
+                    for at in range(0, len(rows), batch_size):
+                        found += decode_spans(
+                            self.model,
+                            rows[at : at + batch_size],
+                            self.layout,
+                            self._prefix,
+                            self._pad_id,
+                            max_new_tokens=max_new_tokens,
+                            sampling=how,
+                            layout=chosen_layout,
+                            use_cache=use_cache,
+                            eos_id=self.tokenizer.eos_token_id,
+                            first_row=first + at,
+                        )
+                    return found
+
+                options = [[spans] for spans in fill(contexts, sampling, start)]
+                if ranking is not None:
+                    extra = candidates - 1
+                    sampled = fill([c for c in contexts for _ in range(extra)], ranking, start * extra)
+                    for i, found in enumerate(options):
+                        found += sampled[i * extra : (i + 1) * extra]
                 moved = spaces[start : start + batch_size]
-                for segments, span_ids, space in zip(chunk, spans, moved, strict=True):
-                    decoded = [self.tokenizer.decode(s, skip_special_tokens=True) for s in span_ids]
-                    filled, written = join_filled(segments, decoded, space)
-                    results.append(InfillResult(text=filled, spans=written, span_ids=span_ids))
+                for segments, found, space in zip(chunk, options, moved, strict=True):
+                    results.append(best_fill(self, segments, found, space, ranked=ranking is not None))
         return results[0] if single else results
 
     # ------------------------------------------------------------------ generate

@@ -11,6 +11,7 @@ sentences must never be training text: ``scripts/prepare_training_data.py`` call
 premises and pairs), so the split stays unseen even where SNLI and STS-B share captions.
 
     python scripts/build_heldout_sts.py --shared ../shared/data --out runs/data/sts-heldout.csv
+    python scripts/build_heldout_sts.py --halves runs/data/sts-heldout.csv   # -select / -report halves
 """
 
 from __future__ import annotations
@@ -42,6 +43,18 @@ def heldout_sentences(sts_train: Path, every: int = EVERY) -> set[str]:
     return {s.strip() for r in held for s in (r[5], r[6])}
 
 
+def write_halves(heldout: Path) -> tuple[Path, Path]:
+    """Even rows -> ``STEM-select.csv``, odd rows -> ``STEM-report.csv``; both keep the genre mix."""
+    rows = heldout.read_text(encoding="utf-8").splitlines(keepends=True)
+    paths = heldout.with_name(f"{heldout.stem}-select.csv"), heldout.with_name(f"{heldout.stem}-report.csv")
+    for path, part in zip(paths, (rows[0::2], rows[1::2])):
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text("".join(part), encoding="utf-8")
+        tmp.replace(path)
+        print(f"{len(part)} pairs -> {path}")
+    return paths
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -49,7 +62,17 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=Path("runs/data/sts-heldout.csv"))
     parser.add_argument("--every", type=int, default=EVERY, help="hold out rows i with i %% every == 0")
+    parser.add_argument(
+        "--halves",
+        type=Path,
+        metavar="HELDOUT_CSV",
+        help="instead: split an existing held-out file into its even rows (NAME-select.csv, for "
+        "selection) and odd rows (NAME-report.csv, never selected on) beside it, and exit",
+    )
     args = parser.parse_args()
+    if args.halves:
+        write_halves(args.halves)
+        return
     held, rest = split_rows(read_rows(args.shared / "stsb" / "sts-train.csv"), args.every)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(f".{args.out.name}.tmp")

@@ -7,7 +7,8 @@
 #   bash scripts/eval_model.sh long --model runs/default-long
 #   TASKS="sts-dev infill-dev" bash scripts/eval_model.sh long --model runs/default-long
 #
-# Selection reads only sts-dev and infill-dev; sts-heldout (every 6th STS-B train row), infill-test
+# Selection reads only sts-dev, infill-dev and (scripts/sscl_sweep.sh) the even rows of sts-heldout;
+# sts-heldout (every 6th STS-B train row), its odd rows sts-heldout-report, infill-test
 # (wiki.valid lines 501-1000) and the retrieval set (lines 1-500) are reported, never selected on.
 # Data: runs/data from scripts/train_default.sh (prepare_training_data.py --holdout-lines 1000),
 # scripts/build_infill_set.py and scripts/build_retrieval_set.py (see docs/results.md).
@@ -18,7 +19,7 @@ MAGNET=${MAGNET:-.venv/bin/magnet}
 SHARED=${SHARED:-../shared/data}
 S=$SHARED/stsb/sts-dev.csv
 W=$SHARED/wikitext2/wiki.valid.tokens
-TASKS=${TASKS:-sts-dev sts-heldout retrieval lm repetition repetition-full infill-dev infill-test}
+TASKS=${TASKS:-sts-dev sts-heldout sts-heldout-report retrieval lm repetition repetition-full infill-dev infill-test infill-test-ranked}
 export HF_HUB_OFFLINE=1
 mkdir -p runs/eval runs/logs
 repetition=(repetition "$W" --limit 100 --prefix-tokens 32 --new-tokens 128 --top-p 0.9 --temperature 1.0
@@ -28,12 +29,14 @@ for task in $TASKS; do
   case $task in
     sts-dev) args=(sts "$S") ;;
     sts-heldout) args=(sts runs/data/sts-heldout.csv) ;;
+    sts-heldout-report) args=(sts runs/data/sts-heldout-report.csv) ;;  # odd rows: never selected on
     retrieval) args=(retrieval runs/data/retrieval-heldout) ;;
     lm) args=(lm "$W" --max-tokens 20480 --context 512) ;;
     repetition) args=("${repetition[@]}") ;;
     repetition-full) args=("${repetition[@]}" --full-length) ;;
     infill-dev) args=(infill runs/data/infill-dev.jsonl "${infill[@]}") ;;
     infill-test) args=(infill runs/data/infill-test.jsonl "${infill[@]}") ;;
+    infill-test-ranked) args=(infill runs/data/infill-test.jsonl "${infill[@]}" --candidates 8) ;;
     *) echo "unknown task $task" >&2; exit 2 ;;
   esac
   started=$(date +%s)

@@ -77,6 +77,9 @@ def test_infill_generate_info(model_dir):
     assert json.loads(sides.stdout)["spans"] == record["spans"]
     no_gap = run("infill", "--model", model_dir, "no gap")
     assert no_gap.exit_code == 1 and "no gap marker" in no_gap.output
+    args = ("infill", "--model", model_dir, "--max-new-tokens", "3", "--candidates", "3", "--seed", "0")
+    ranked = [json.loads(run(*args, "The cat [GAP] mat.").stdout) for _ in range(2)]
+    assert ranked[0] == ranked[1] and ranked[0]["text"].startswith("The cat ")
 
     generated = run("generate", "--model", model_dir, "--max-new-tokens", "4", "--temperature", "0", "Once")
     assert generated.exit_code == 0 and json.loads(generated.stdout)["prompt"] == "Once"

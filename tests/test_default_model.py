@@ -112,3 +112,40 @@ def test_every_layout_decodes_the_real_model_from_the_cache(default_magnet):
         cached = default_magnet.infill(text, max_new_tokens=5, layout=name)
         full = default_magnet.infill(text, max_new_tokens=5, layout=name, use_cache=False)
         assert cached.span_ids == full.span_ids, name
+
+
+# Gaps whose answer both sides pin down; the first is the demo's.
+INFILL_FACTS = [
+    ("The Eiffel Tower is in [GAP], the capital of France.", "Paris"),
+    ("The planet [GAP] is the largest in the solar system.", "Jupiter"),
+    ("Hamlet is a play by William [GAP], the English playwright.", "Shakespeare"),
+    ("The Great Wall of [GAP] was built to protect the Chinese empire.", "China"),
+    ("Tokyo is the capital city of [GAP], an island nation in East Asia.", "Japan"),
+    ("Water boils at [GAP] degrees Celsius at sea level.", "100"),
+    ("The first president of the United States was George [GAP], who led the army in the war.", "Washington"),
+    ("Rome is the capital of [GAP], a country in southern Europe.", "Italy"),
+    ("The chemical symbol for gold is [GAP], from the Latin word aurum.", "Au"),
+    ("Berlin is the capital of [GAP], the largest economy in Europe.", "Germany"),
+    ("Pride and Prejudice was written by Jane [GAP], an English novelist.", "Austen"),
+    ("Madrid is the capital of [GAP], a country on the Iberian Peninsula.", "Spain"),
+    ("The Statue of Liberty stands in New [GAP] Harbor.", "York"),
+    ("The Amazon River flows through [GAP], the largest country in South America.", "Brazil"),
+    ("Mount Everest is the highest mountain in the [GAP], on the border of Nepal and China.", "world"),
+    ("The Sun rises in the [GAP] and sets in the west.", "east"),
+]  # fmt: skip
+
+
+def test_ranked_infills_state_the_fact_at_least_as_often_as_greedy_ones(default_magnet):
+    # Measured on the adapter of 2026-12-01 (docs/results.md): greedy 11 of 16, ranked 13.
+    texts = [t for t, _ in INFILL_FACTS]
+    greedy = default_magnet.infill(texts, max_new_tokens=8)
+    ranked = default_magnet.infill(texts, max_new_tokens=8, candidates=8, seed=0)
+
+    def stated(results):
+        return [
+            answer.lower() in r.spans[0].lower() for (_, answer), r in zip(INFILL_FACTS, results, strict=True)
+        ]
+
+    assert sum(stated(ranked)) >= sum(stated(greedy)), [r.spans[0] for r in ranked]
+    assert stated(ranked)[0], f"the demo's gap is filled with {ranked[0].spans[0]!r}"
+    assert all(r.text.count(",,") == 0 and ".," not in r.text for r in ranked), [r.text for r in ranked]

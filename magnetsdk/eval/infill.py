@@ -15,14 +15,18 @@ and once, the ``left only`` perplexity (the plain causal LM loss of the span aft
 the reference both-sides perplexity must beat. Perplexity by position inside the span
 (:data:`POSITION_BUCKETS`) shows where the right side helps. With ``generate > 0`` the first
 ``generate`` items are also filled greedily in each layout: the share of spans closed within the
-budget, the share left empty (closed at once, or only whitespace) and the share that copy a run of
-:data:`COPY_WORDS` words of either side.
+budget, the share left empty (closed at once, or only whitespace), the share that copy a run of
+:data:`COPY_WORDS` words of either side, and the mean word F1 of each fill against the true span
+(:func:`word_f1`; many fills are right without being the original, so it ranks, it does not grade).
+``candidates > 1`` fills them the way ``Magnet.infill(candidates=N, seed=0)`` does: ranked by the
+filled text's likelihood.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,6 +133,16 @@ def copies_context(span: str, left: str, right: str, n: int = COPY_WORDS) -> boo
     return False
 
 
+def word_f1(generated: str, gold: str) -> float:
+    """F1 of the two texts' words (lower-cased, as multisets): 1 when they share every word, 0 when none."""
+    ours, theirs = Counter(_words(generated)), Counter(_words(gold))
+    shared = sum((ours & theirs).values())
+    if not shared:
+        return 0.0
+    precision, recall = shared / sum(ours.values()), shared / sum(theirs.values())
+    return 2 * precision * recall / (precision + recall)
+
+
 def evaluate_infill(
     magnet: Any,
     path: str | Path,
@@ -138,6 +152,7 @@ def evaluate_infill(
     max_new_tokens: int = 32,
     show_progress: bool = True,
     layouts: list[str] | None = None,
+    candidates: int = 1,
 ) -> EvalResult:
     """Span perplexity with both sides in each layout (default: the model's own), the shuffled-right
     control, and the left side only; optionally greedy fills of the first ``generate`` items."""
@@ -211,12 +226,21 @@ def evaluate_infill(
         picked = items[:generate]
         texts = [f"{i.left}[GAP]{i.right}" for i in picked]
         for layout in chosen:
-            filled = magnet.infill(texts, max_new_tokens=max_new_tokens, temperature=0.0, layout=layout.name)
+            filled = magnet.infill(
+                texts,
+                max_new_tokens=max_new_tokens,
+                temperature=0.0,
+                layout=layout.name,
+                candidates=candidates,
+                seed=0,
+            )
             closed = [len(r.span_ids[0]) < max_new_tokens for r in filled]
             empty = [not r.spans[0].strip() for r in filled]
             copied = [
                 copies_context(r.spans[0], i.left, i.right) for i, r in zip(picked, filled, strict=True)
             ]
+            overlap = [word_f1(r.spans[0], i.span) for i, r in zip(picked, filled, strict=True)]
+            figures[f"gold_f1[{layout.name}]"] = float(np.mean(overlap))
             figures[f"closed_rate[{layout.name}]"] = float(np.mean(closed))
             figures[f"copy_rate[{layout.name}]"] = float(np.mean(copied))
             figures[f"empty_rate[{layout.name}]"] = float(np.mean(empty))
@@ -228,20 +252,26 @@ def evaluate_infill(
                     "right": i.right,
                     "closed": c,
                     "copies": k,
+                    "gold_f1": f,
                 }
-                for i, r, c, k in zip(picked, filled, closed, copied, strict=True)
+                for i, r, c, k, f in zip(picked, filled, closed, copied, overlap, strict=True)
             ]
         if len(chosen) == 1:
             figures["closed_rate"] = figures[f"closed_rate[{chosen[0].name}]"]
             figures["copy_rate"] = figures[f"copy_rate[{chosen[0].name}]"]
             figures["empty_rate"] = figures[f"empty_rate[{chosen[0].name}]"]
+            figures["gold_f1"] = figures[f"gold_f1[{chosen[0].name}]"]
 
     headers = ["context", "layout", "span perplexity", "/ left only", "shuffled right", "span tokens"]
     if generate > 0:
-        headers += ["closed", f"copies {COPY_WORDS} words"]
+        headers += ["closed", f"copies {COPY_WORDS} words", "word F1 with the span"]
         for row in rows:
             name = row[1]
-            row += [figures[f"closed_rate[{name}]"], figures[f"copy_rate[{name}]"]] if name else ["", ""]
+            row += (
+                [figures[f"closed_rate[{name}]"], figures[f"copy_rate[{name}]"], figures[f"gold_f1[{name}]"]]
+                if name
+                else ["", "", ""]
+            )
     return EvalResult(
         task="infill",
         figures=figures,
@@ -252,6 +282,7 @@ def evaluate_infill(
             "batch_size": batch_size,
             "generate": generate,
             "max_new_tokens": max_new_tokens,
+            "candidates": candidates,
             "layouts": [layout.name for layout in chosen],
             "scored_tokens": "span tokens only; the END token is excluded so every perplexity averages "
             "over exactly the same tokens",

@@ -1,0 +1,113 @@
+"""Magnet.infill(candidates=N): fills ranked by the filled text's causal likelihood."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from magnetsdk.eval.infill import evaluate_infill, word_f1
+from magnetsdk.infilling import shorter_spans
+
+TEXT = "The cat [GAP] on the mat."
+
+
+def hf_log_likelihood(magnet, text: str) -> float:
+    """The reference: the Hugging Face model's own causal forward, summed log p of every token after the first."""
+    ids = torch.tensor([magnet.prefix + magnet.tokenizer(text, add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        logits = magnet.model(input_ids=ids).logits[0].float()
+    logp = logits[:-1].log_softmax(-1).gather(-1, ids[0, 1:, None])[:, 0]
+    first = max(len(magnet.prefix), 1) - 1  # the tokens after the prefix (after the first, with none)
+    return float(logp[first:].sum())
+
+
+def test_shorter_spans_end_at_clause_boundaries_with_and_without_punctuation():
+    assert shorter_spans(" Paris, France.") == [" Paris,", " Paris", " Paris, France"]
+    assert shorter_spans(" in 1905; then, at last.") == [
+        " in 1905;",
+        " in 1905",
+        " in 1905; then,",
+        " in 1905; then",
+        " in 1905; then, at last",
+    ]
+    assert shorter_spans(" Paris") == [] and shorter_spans(".") == [] and shorter_spans(" x.") == [" x"]
+    assert shorter_spans(" 3.5 km") == []  # a full stop inside a number is no clause boundary
+
+
+def test_the_most_likely_filled_text_wins(llama_magnet):
+    result = llama_magnet.infill(TEXT, candidates=5, seed=0, max_new_tokens=5)
+    scores = [c.log_likelihood for c in result.candidates]
+    assert len(scores) >= 2 and scores == sorted(scores, reverse=True)
+    assert result.spans == result.candidates[0].spans
+    assert result.text == "The cat" + result.spans[0] + " on the mat."
+    for candidate in result.candidates:
+        filled = "The cat" + candidate.spans[0] + " on the mat."
+        assert candidate.log_likelihood == pytest.approx(hf_log_likelihood(llama_magnet, filled), abs=1e-3)
+    # The greedy fill is one of the candidates, and each filled text is scored once.
+    greedy = llama_magnet.infill(TEXT, max_new_tokens=5)
+    assert greedy.spans in [c.spans for c in result.candidates] and greedy.candidates == []
+    texts = ["The cat" + c.spans[0] + " on the mat." for c in result.candidates]
+    assert len(set(texts)) == len(texts)
+
+
+def test_ranked_fills_are_reproducible_and_follow_the_seeding_rule(llama_magnet):
+    texts = [TEXT, "A dog [GAP] in the park while [GAP] play."]
+    together = llama_magnet.infill(texts, candidates=3, seed=5, max_new_tokens=4)
+    again = llama_magnet.infill(texts, candidates=3, seed=5, max_new_tokens=4, batch_size=1)
+    assert [r.candidates for r in together] == [r.candidates for r in again]
+    # Text 1's sampled candidates are seeded 5 + 1 * 2 + 0 and + 1: alone, that is seed 7.
+    alone = llama_magnet.infill(texts[1], candidates=3, seed=7, max_new_tokens=4)
+    assert alone.candidates == together[1].candidates
+    assert all(len(c.spans) == 2 for c in together[1].candidates)
+
+
+def test_ranking_options_are_checked(llama_magnet):
+    with pytest.raises(ValueError, match="candidates=0 must be an integer of at least 1"):
+        llama_magnet.infill(TEXT, candidates=0)
+    with pytest.raises(ValueError, match="candidates=True"):
+        llama_magnet.infill(TEXT, candidates=True)
+    with pytest.raises(ValueError, match="candidate_temperature=0 would make every candidate the greedy"):
+        llama_magnet.infill(TEXT, candidates=2, candidate_temperature=0)
+    with pytest.raises(ValueError, match="top_p"):
+        llama_magnet.infill(TEXT, candidates=2, candidate_top_p=0)
+    # With one candidate the candidate settings are not used, so they are not checked either.
+    assert llama_magnet.infill(TEXT, candidates=1, candidate_temperature=0, max_new_tokens=2).spans
+
+
+def test_word_f1():
+    assert word_f1(" Paris", " Paris.") == 1.0
+    assert word_f1(" the city of Paris", " Paris") == pytest.approx(2 * 0.25 * 1 / 1.25)
+    assert word_f1(" London", " Paris") == 0.0 and word_f1("", " Paris") == 0.0
+
+
+def test_eval_infill_ranks_the_generated_fills(llama_magnet, tmp_path):
+    items = [
+        {"left": "The cat", "span": " sat", "right": " on the mat."},
+        {"left": "A dog", "span": " ran", "right": " in the park."},
+    ]
+    path = tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps(i) + "\n" for i in items), encoding="utf-8")
+    result = evaluate_infill(
+        llama_magnet, path, generate=2, max_new_tokens=3, show_progress=False, candidates=3
+    )
+    ranked = llama_magnet.infill(
+        [f"{i['left']}[GAP]{i['right']}" for i in items], max_new_tokens=3, candidates=3, seed=0
+    )
+    generated = [row["generated"] for row in result.details["infills"][llama_magnet.infill_layout.name]]
+    assert generated == [r.spans[0] for r in ranked]
+    expected = sum(word_f1(r.spans[0], i["span"]) for r, i in zip(ranked, items, strict=True)) / 2
+    assert result.figures["gold_f1"] == pytest.approx(expected) and result.settings["candidates"] == 3
+
+
+def test_a_fill_without_a_word_is_ranked_only_when_every_fill_lacks_one(llama_magnet):
+    from magnetsdk.infilling import best_fill
+
+    tokenizer = llama_magnet.tokenizer
+    comma, word = (tokenizer(s, add_special_tokens=False)["input_ids"] for s in (" ,", " sat"))
+    segments, moved = ["The cat", " on the mat."], [" "]
+    chosen = best_fill(llama_magnet, segments, [[comma], [word]], moved, ranked=True)
+    assert [c.spans for c in chosen.candidates] == [[" sat"]]
+    alone = best_fill(llama_magnet, segments, [[comma]], moved, ranked=True)
+    assert alone.spans == [" ,"]
