@@ -103,3 +103,30 @@ def test_a_run_with_kl_logs_it_and_a_run_without_does_not(tmp_path, base_dir, da
     logged = [row["kl"] for row in kl_rows if row.get("kl") is not None]
     assert logged and all(value >= 0 for value in logged)
     assert all("kl" not in row for row in plain_rows)
+
+
+@pytest.mark.parametrize("targets", ["context rows only", "no MSG target at all"])
+def test_a_process_without_next_token_rows_still_runs_the_base_pass(lm_batch, monkeypatch, targets):
+    # Under FSDP every process must make the same decoder calls. Pretend another process has
+    # next-token rows (every global sum gets 1 more); this one has none, and must still run the
+    # base pass once, adding nothing.
+    import magnetsdk.train.objectives as objectives
+
+    tokenizer = tiny_tokenizer()
+    model = lora_model(perturb=True)
+    lm, plain = plain_and_context_rows(tokenizer, lm_batch)
+    msg = ~plain[lm.msg_rows]
+    lm.msg_rows, lm.msg_positions, lm.msg_targets = (
+        lm.msg_rows[msg],
+        lm.msg_positions[msg],
+        lm.msg_targets[msg],
+    )
+    lm.is_span[plain] = False  # the plain rows now read as context rows: no next-token row is left
+    monkeypatch.setattr(objectives, "global_sum", lambda value: value.detach().clone() + 1)
+    calls = []
+    real = objectives.run_decoder
+    monkeypatch.setattr(objectives, "run_decoder", lambda *a, **k: calls.append(1) or real(*a, **k))
+    term = MagnetObjectives(model, "hybrid", 0.05, kl_weight=1.0)
+    logits = None if targets == "no MSG target at all" else torch.zeros(len(lm.msg_targets), 8)
+    summed, count = term._kl_to_base(lm, logits)
+    assert calls == [1] and float(summed) == 0.0 and float(count) == 1.0

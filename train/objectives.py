@@ -274,15 +274,19 @@ class MagnetObjectives(torch.nn.Module):
         device = lm.input_ids.device
         # Every process makes the same decoder calls (FSDP gathers each layer per call).
         anywhere = float(global_sum(torch.tensor(float(plain.any()), device=device))) > 0
-        if not anywhere or msg_logits is None:
-            zero = (msg_logits.sum() * 0.0) if msg_logits is not None else torch.zeros((), device=device)
+        zero = torch.zeros((), device=device)
+        if not anywhere:
             return zero, global_sum(torch.tensor(0.0, device=device))
-        # A process without next-token rows this step still runs the pass, on its first row.
-        picked = plain_rows if bool(plain_rows.any()) else torch.arange(len(plain_rows), device=device) == 0
+        # A process without next-token targets this step (none drawn, or no MSG target at all)
+        # still runs the pass, on its first row, and adds nothing.
+        mine = msg_logits is not None and bool(plain.any())
+        picked = plain_rows if mine else torch.arange(len(plain_rows), device=device) == 0
         with torch.no_grad(), self.model.disable_adapter():
             base_hidden = run_decoder(
                 self.model, lm.input_ids[picked], lm.valid[picked], AttentionMode.HYBRID, lm.is_span[picked]
             ).hidden
+            if not mine:
+                return zero + base_hidden.sum() * 0.0, global_sum(torch.tensor(0.0, device=device))
             new_row = torch.cumsum(picked.long(), 0) - 1  # row in the picked sub-batch
             base_logits = logits_at(
                 self.model, base_hidden[new_row[lm.msg_rows[plain]], lm.msg_positions[plain]]
