@@ -12,7 +12,7 @@ layout has it); the decode loop, sampling and seeding are :mod:`magnetsdk.decodi
 Ranking (``Magnet.infill(candidates=N)``): a fill decoded left to right reads the right side but
 commits to each token before it knows how the sentence will meet that side. With several
 candidates, each whole filled text is scored by the same weights read causally (the generator), and
-the fill whose text is most likely wins: :func:`text_log_likelihood`. The right side then votes
+the fill whose text is most likely wins: :func:`fill_log_likelihood`. The right side then votes
 through every one of its tokens, which is what the decode order alone cannot give.
 """
 
@@ -33,7 +33,8 @@ DEFAULT_GAP_MARKER = "[GAP]"
 
 @dataclass(frozen=True)
 class InfillCandidate:
-    """One fill of all of a text's gaps, with the causal log-likelihood of the filled text."""
+    """One fill of all of a text's gaps and its score: the causal log-likelihood of the filled text
+    where it differs from the other candidates (:func:`fill_log_likelihood`)."""
 
     spans: list[str]
     log_likelihood: float
@@ -48,21 +49,46 @@ class InfillResult:
     candidates: list[InfillCandidate] = field(repr=False, default_factory=list)
 
 
-def text_log_likelihood(
-    model: torch.nn.Module, texts: list[list[int]], prefix: list[int], pad_id: int, batch_size: int = 8
-) -> list[float]:
-    """The causal log-likelihood (natural log, summed) of each text's tokens after ``prefix``.
+# How much of the filled texts ranking reads: up to RANK_CONTEXT tokens before the first token
+# where the candidates differ, and RANK_AFTER tokens of the text they all share after that.
+RANK_CONTEXT = 64
+RANK_AFTER = 32
 
-    With an empty prefix the first token has nothing to be predicted from and is not scored; the
-    texts being compared share their beginning, so that leaves their order unchanged.
+
+def fill_log_likelihood(
+    model: torch.nn.Module,
+    texts: list[list[int]],
+    prefix: list[int],
+    pad_id: int,
+    context: int = RANK_CONTEXT,
+    after: int = RANK_AFTER,
+    batch_size: int = 8,
+) -> list[float]:
+    """The causal log-likelihood (natural log, summed) of where each of ``texts`` differs from the others.
+
+    The texts are fills of one text. Each is scored from the first token where they differ to
+    ``after`` tokens into the ending they all share, read after ``prefix`` and at most ``context``
+    tokens before that: the part a fill changes, and how it meets the text after the gap. The
+    shared beginning adds the same to every score, and the shared ending beyond ``after`` tokens
+    little, so the scores rank the texts of one call; they are not comparable across calls.
     """
     from magnetsdk.eval.scoring import ScoredSequence, target_nll
 
+    shortest = min(len(ids) for ids in texts)
+    first = next((i for i in range(shortest) if len({ids[i] for ids in texts}) > 1), shortest)
+    shared_end = next(
+        (i for i in range(shortest - first) if len({ids[len(ids) - 1 - i] for ids in texts}) > 1),
+        shortest - first,
+    )
     sequences = []
     for ids in texts:
         full = list(prefix) + list(ids)
-        first = max(len(prefix), 1)
-        sequences.append(ScoredSequence(full, list(range(first - 1, len(full) - 1)), full[first:]))
+        start = max(len(prefix) + first, 1)  # with no prefix, the first token has no prediction
+        end = len(full) - max(0, shared_end - after)
+        begin = max(0, start - context)
+        window = full[begin:end]
+        targets = list(range(start - begin - 1, end - begin - 1))
+        sequences.append(ScoredSequence(window, targets, full[start:end]))
     return [-float(nll.sum()) for nll in target_nll(model, sequences, "causal", pad_id, batch_size)]
 
 
@@ -149,7 +175,7 @@ def best_fill(
 
     ``options`` holds each decoded candidate's span ids. Ranked, the candidates are the decoded
     fills and, for each, every :func:`shorter_spans` variant of one gap at a time; the filled texts
-    are scored by :func:`text_log_likelihood` and the first of the best wins. ``candidates`` lists
+    are scored by :func:`fill_log_likelihood` and the first of the best wins. ``candidates`` lists
     the fills that were ranked, most likely first."""
     tokenizer = magnet.tokenizer
     decoded = [[tokenizer.decode(s, skip_special_tokens=True) for s in ids] for ids in options]
@@ -175,11 +201,12 @@ def best_fill(
     # likeliest text, so it is ranked only when no candidate holds a letter or digit.
     worded = [text for text, (spans, _) in fills.items() if all(re.search(r"\w", s) for s in spans)]
     texts = worded or list(fills)
-    scores = text_log_likelihood(
+    scores = fill_log_likelihood(
         magnet.model,
         [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts],
         magnet.prefix,
         magnet.pad_id,
+        batch_size=16,
     )
     order = sorted(range(len(texts)), key=lambda i: -scores[i])  # a stable sort: earlier wins ties
     best = texts[order[0]]

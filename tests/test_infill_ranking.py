@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from magnetsdk.eval.infill import evaluate_infill, word_f1
-from magnetsdk.infilling import shorter_spans
+from magnetsdk.infilling import fill_log_likelihood, shorter_spans
 
 TEXT = "The cat [GAP] on the mat."
 
@@ -42,9 +42,14 @@ def test_the_most_likely_filled_text_wins(llama_magnet):
     assert len(scores) >= 2 and scores == sorted(scores, reverse=True)
     assert result.spans == result.candidates[0].spans
     assert result.text == "The cat" + result.spans[0] + " on the mat."
-    for candidate in result.candidates:
-        filled = "The cat" + candidate.spans[0] + " on the mat."
-        assert candidate.log_likelihood == pytest.approx(hf_log_likelihood(llama_magnet, filled), abs=1e-3)
+    # These texts are shorter than the ranking window, so the scores differ exactly as the whole
+    # texts' likelihoods do (the shared beginning adds the same to each).
+    whole = [
+        hf_log_likelihood(llama_magnet, "The cat" + c.spans[0] + " on the mat.") for c in result.candidates
+    ]
+    for candidate, reference in zip(result.candidates, whole, strict=True):
+        assert candidate.log_likelihood - scores[0] == pytest.approx(reference - whole[0], abs=1e-3)
+    assert scores[0] > whole[0]  # the shared beginning is not scored
     # The greedy fill is one of the candidates, and each filled text is scored once.
     greedy = llama_magnet.infill(TEXT, max_new_tokens=5)
     assert greedy.spans in [c.spans for c in result.candidates] and greedy.candidates == []
@@ -111,3 +116,21 @@ def test_a_fill_without_a_word_is_ranked_only_when_every_fill_lacks_one(llama_ma
     assert [c.spans for c in chosen.candidates] == [[" sat"]]
     alone = best_fill(llama_magnet, segments, [[comma]], moved, ranked=True)
     assert alone.spans == [" ,"]
+
+
+def test_ranking_reads_a_window_around_where_the_fills_differ(llama_magnet):
+    left = llama_magnet.tokenizer(" the cat sat on the mat" * 20, add_special_tokens=False)["input_ids"]
+    fills = [[5, 6], [7]]
+    right = left[:50]
+    texts = [left + f + right for f in fills]
+    scores = fill_log_likelihood(llama_magnet.model, texts, [], llama_magnet.pad_id, context=16, after=8)
+    # The same as scoring the window by hand: 16 tokens before the fill, the fill, 8 tokens after.
+    cut = [left[-16:] + f + right[:8] for f in fills]
+    by_hand = []
+    for ids in cut:
+        with torch.no_grad():
+            logits = llama_magnet.model(input_ids=torch.tensor([ids])).logits[0].float()
+        logp = logits[:-1].log_softmax(-1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
+        by_hand.append(float(logp[15:].sum()))
+    assert scores == pytest.approx(by_hand, abs=1e-3)
+    assert fill_log_likelihood(llama_magnet.model, [texts[0]], [], llama_magnet.pad_id) == [0.0]

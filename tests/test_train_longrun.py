@@ -175,3 +175,27 @@ def test_the_generation_check_is_logged(tmp_path, base_dir, data_file, train_con
     plain = train(train_config(tmp_path, base_dir, data_file, output_dir=str(tmp_path / "plain")))
     for got, want in zip(records, read_metrics(plain.metrics_path), strict=True):
         assert got["loss"] == pytest.approx(want["loss"], rel=1e-6)
+
+
+def test_a_resumed_run_takes_its_own_learning_rate_and_schedule(
+    tmp_path, base_dir, data_file, train_config, capsys
+):
+    # Loading a checkpoint restores the optimiser's saved learning rate; the resumed run's own must win.
+    first = train(train_config(tmp_path, base_dir, data_file, max_steps=2, save_every=2, learning_rate=1e-3))
+    capsys.readouterr()
+    again = train(
+        train_config(
+            tmp_path,
+            base_dir,
+            data_file,
+            max_steps=4,
+            learning_rate=2e-4,
+            schedule="constant",
+            warmup_steps=0,
+        ),
+        resume=True,
+    )
+    assert "learning_rate, schedule, max_steps differ" in capsys.readouterr().out
+    records = read_metrics(again.metrics_path)
+    assert [r["step"] for r in records] == [1, 2, 3, 4] and first.output_dir == again.output_dir
+    assert [r["lr"] for r in records[2:]] == pytest.approx([2e-4, 2e-4])
