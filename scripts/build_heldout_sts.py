@@ -47,7 +47,7 @@ def write_halves(heldout: Path) -> tuple[Path, Path]:
     """Even rows -> ``STEM-select.csv``, odd rows -> ``STEM-report.csv``; both keep the genre mix."""
     rows = heldout.read_text(encoding="utf-8").splitlines(keepends=True)
     paths = heldout.with_name(f"{heldout.stem}-select.csv"), heldout.with_name(f"{heldout.stem}-report.csv")
-    for path, part in zip(paths, (rows[0::2], rows[1::2])):
+    for path, part in zip(paths, (rows[0::2], rows[1::2]), strict=True):
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text("".join(part), encoding="utf-8")
         tmp.replace(path)

@@ -44,6 +44,13 @@ FIGURES = [
         1,
         "+",
     ),
+    (
+        "sts-heldout-report",
+        "sts-heldout-report.spearman",
+        "STS held-out, its odd rows (read by no selection; the even rows chose the temperature)",
+        1,
+        "+",
+    ),
     ("retrieval", "ndcg@10", "retrieval nDCG@10 x100, held-out WikiText set (224 queries)", 1, "+"),
     ("retrieval", "mrr@10", "retrieval MRR@10 x100", 1, "+"),
     ("lm", "ppl", "plain-text perplexity, WikiText-2 valid, first 20,480 tokens", 1, "-"),
@@ -85,6 +92,16 @@ FIGURES = [
     ),
     ("infill-test", "closed_rate", "infill test: greedy spans closed within 48 tokens", 1, "+"),
     ("infill-test", "copy_rate", "infill test: greedy spans copying 5 words of the context", 1, "-"),
+    ("infill-test", "gold_f1", "infill test: greedy fills, word F1 with the true span", 1, "+"),
+    (
+        "infill-test-ranked",
+        "gold_f1",
+        "infill test: ranked fills (candidates=8, seed 0), word F1 with the true span",
+        1,
+        "+",
+    ),
+    ("infill-test-ranked", "copy_rate", "infill test: ranked fills copying 5 words of the context", 1, "-"),
+    ("infill-test-ranked", "closed_rate", "infill test: ranked fills closed within 48 tokens", 1, "+"),
 ]
 
 
