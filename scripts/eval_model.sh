@@ -19,9 +19,10 @@ MAGNET=${MAGNET:-.venv/bin/magnet}
 SHARED=${SHARED:-../shared/data}
 S=$SHARED/stsb/sts-dev.csv
 W=$SHARED/wikitext2/wiki.valid.tokens
-TASKS=${TASKS:-sts-dev sts-heldout sts-heldout-report retrieval lm repetition repetition-full infill-dev infill-test infill-test-ranked}
+TASKS=${TASKS:-sts-dev sts-heldout sts-heldout-select sts-heldout-report retrieval lm repetition repetition-full infill-dev infill-test infill-test-ranked}
 export HF_HUB_OFFLINE=1
 mkdir -p runs/eval runs/logs
+[[ -f runs/data/sts-heldout-report.csv ]] || "${PY:-.venv/bin/python}" scripts/build_heldout_sts.py --halves runs/data/sts-heldout.csv
 repetition=(repetition "$W" --limit 100 --prefix-tokens 32 --new-tokens 128 --top-p 0.9 --temperature 1.0
   --seed 0 --batch-size 16 --judge default-base)
 infill=(--layout spm --generate 40 --max-new-tokens 48 --batch-size 8)
@@ -29,6 +30,7 @@ for task in $TASKS; do
   case $task in
     sts-dev) args=(sts "$S") ;;
     sts-heldout) args=(sts runs/data/sts-heldout.csv) ;;
+    sts-heldout-select) args=(sts runs/data/sts-heldout-select.csv) ;;  # even rows: selection
     sts-heldout-report) args=(sts runs/data/sts-heldout-report.csv) ;;  # odd rows: never selected on
     retrieval) args=(retrieval runs/data/retrieval-heldout) ;;
     lm) args=(lm "$W" --max-tokens 20480 --context 512) ;;
