@@ -235,6 +235,10 @@ def load_checkpoint(
         raise ValueError(
             f"{checkpoint.path} was written by {len(rng)} process(es); resume with the same number of processes"
         )
+    # The resumed run's own learning rate and weight decay, as its optimizer and scheduler were
+    # built: loading their states restores the saved ones, which would silently win.
+    base_lrs = list(scheduler.base_lrs)
+    decays = [group["weight_decay"] for group in optimizer.param_groups]
     if model is None:
         with torch.no_grad():
             for name, parameter in trainable.items():
@@ -252,8 +256,21 @@ def load_checkpoint(
         by_name = _by_name(optimizer_state, _optimizer_names(model, optimizer))
         set_optimizer_state_dict(model, optimizer, by_name, options=whole)
     scheduler.load_state_dict(scheduler_state)
+    keep_run_settings(optimizer, scheduler, base_lrs, decays)
     set_rng_state(rng[rank])
     return state
+
+
+def keep_run_settings(optimizer: Any, scheduler: Any, base_lrs: list[float], decays: list[float]) -> None:
+    """After loading a checkpoint: the saved moments and step stay, the run's own learning rate and
+    weight decay apply (``scheduler`` is a ``LambdaLR``; its schedule is always the run's own)."""
+    scheduler.base_lrs = base_lrs
+    groups = optimizer.param_groups
+    for group, lr, decay, factor in zip(groups, base_lrs, decays, scheduler.lr_lambdas, strict=True):
+        group["initial_lr"] = lr
+        group["weight_decay"] = decay
+        group["lr"] = lr * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in groups]
 
 
 def read_checkpoint(checkpoint: Checkpoint) -> tuple[dict, dict, dict, dict, list]:

@@ -261,23 +261,15 @@ class RunSetup:
                 )
             self.start_step = candidate.step
             self.last_checkpoint = candidate.path
-            self._take_optimiser_settings(saved)
+            self._say_what_changed(saved)
             return candidate.path
         return None
 
-    def _take_optimiser_settings(self, saved: dict) -> None:
-        """A resumed run keeps the optimiser's moments and its step, but takes this config's
-        learning rate and weight decay: loading a checkpoint restores the saved ones, so a changed
-        ``--learning-rate`` would otherwise be silently ignored (the schedule is always this config's)."""
-        config = self.config
-        self.scheduler.base_lrs = [config.learning_rate for _ in self.scheduler.base_lrs]
-        factor = self.scheduler.lr_lambdas[0](self.scheduler.last_epoch)
-        for group in self.optimizer.param_groups:
-            group["initial_lr"] = config.learning_rate
-            group["lr"] = config.learning_rate * factor
-            group["weight_decay"] = config.weight_decay
-        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
-        now = config.to_dict()
+    def _say_what_changed(self, saved: dict) -> None:
+        """A resumed run keeps the optimiser's moments and its step but follows its own learning
+        rate, weight decay and schedule (:func:`magnetsdk.train.checkpoint.keep_run_settings`); say
+        which of them differ from the run that wrote the checkpoint."""
+        now = self.config.to_dict()
         changed = [
             k for k in ("learning_rate", "weight_decay", "schedule", "max_steps") if saved.get(k) != now[k]
         ]
