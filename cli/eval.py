@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 from magnetsdk.cli.errors import fail
-from magnetsdk.cli.options import model_options, open_magnet
+from magnetsdk.cli.options import candidates_option, model_options, open_magnet
 from magnetsdk.cli.output import emit, format_option
 
 from magnetsdk.layout import INFILL_LAYOUTS
@@ -292,12 +292,8 @@ def repetition(
     type=click.Choice([*INFILL_LAYOUTS, "all"]),
     help="Infill layout(s) to score, repeatable; 'all' scores every layout [default: the model's own].",
 )
-@click.option(
-    "--candidates",
-    default=1,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Fill the --generate gaps by ranking this many candidates (Magnet.infill(candidates=N), seed 0).",
+@candidates_option(
+    "Fill the --generate gaps by ranking this many candidates (Magnet.infill(candidates=N), seed 0)."
 )
 @_common
 def infill(

@@ -36,6 +36,13 @@ def model_options(command: Callable) -> Callable:
     return wrapper
 
 
+def candidates_option(help_text: str) -> Callable[[Callable], Callable]:
+    """``--candidates N`` (an integer >= 1, default 1): how many fills ``Magnet.infill`` ranks."""
+    return click.option(
+        "--candidates", default=1, show_default=True, type=click.IntRange(min=1), help=help_text
+    )
+
+
 def check_device(device: str) -> None:
     """Refuse a device that does not exist here before anything is loaded."""
     from magnetsdk.loading import pick_device

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from magnetsdk.cli.errors import fail
 from magnetsdk.cli.inputs import gather_texts
-from magnetsdk.cli.options import model_options, open_magnet
+from magnetsdk.cli.options import candidates_option, model_options, open_magnet
 from magnetsdk.cli.output import emit, format_option, print_fields, print_table
 
 _INPUT = click.option(
@@ -109,12 +109,8 @@ def encode(
 )
 @click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True))
 @click.option("--seed", default=None, type=int)
-@click.option(
-    "--candidates",
-    default=1,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Rank this many fills (the decoded one and the rest sampled) by the filled text's likelihood.",
+@candidates_option(
+    "Rank this many fills (the decoded one and the rest sampled) by the filled text's likelihood."
 )
 @_FORMAT
 def infill(

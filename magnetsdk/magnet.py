@@ -392,6 +392,26 @@ class Magnet:
         ranking = candidate_sampling(candidates, candidate_temperature, candidate_top_p, sampling)
         chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
         pieces, spaces = zip(*(move_spaces_into_gaps(split_gaps(t, gap_marker)) for t in texts), strict=True)
+
+        def fill(rows: list[list[list[int]]], how: Sampling, first: int) -> list[list[list[int]]]:
+            """The span ids of each row's gaps, decoded ``batch_size`` rows at a time."""
+            found: list[list[list[int]]] = []
+            for at in range(0, len(rows), batch_size):
+                found += decode_spans(
+                    self.model,
+                    rows[at : at + batch_size],
+                    self.layout,
+                    self._prefix,
+                    self._pad_id,
+                    max_new_tokens=max_new_tokens,
+                    sampling=how,
+                    layout=chosen_layout,
+                    use_cache=use_cache,
+                    eos_id=self.tokenizer.eos_token_id,
+                    first_row=first + at,
+                )
+            return found
+
         results: list[InfillResult] = []
         with self._lock, torch.inference_mode():
             for start in range(0, len(pieces), batch_size):
@@ -400,25 +420,6 @@ class Magnet:
                     [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in segments]
                     for segments in chunk
                 ]
-
-                def fill(rows: list[list[list[int]]], how: Sampling, first: int) -> list[list[list[int]]]:
-                    found: list[list[list[int]]] = []
-                    for at in range(0, len(rows), batch_size):
-                        found += decode_spans(
-                            self.model,
-                            rows[at : at + batch_size],
-                            self.layout,
-                            self._prefix,
-                            self._pad_id,
-                            max_new_tokens=max_new_tokens,
-                            sampling=how,
-                            layout=chosen_layout,
-                            use_cache=use_cache,
-                            eos_id=self.tokenizer.eos_token_id,
-                            first_row=first + at,
-                        )
-                    return found
-
                 options = [[spans] for spans in fill(contexts, sampling, start)]
                 if ranking is not None:
                     extra = candidates - 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from magnetsdk.train.collate import LMSettings, build_lm_example, collate_lm, collate_views
+from magnetsdk.train.collate import LMSettings, build_lm_example, collate_views
 from magnetsdk.train.masking import example_rng
 from magnetsdk.train.objectives import MagnetObjectives
 
@@ -121,23 +121,11 @@ def reference_token_loss(model, batch, mode):
     return float(mntp), float(msg)
 
 
-def test_one_decoder_pass_gives_both_token_losses(setup):
-    tokenizer, tokens, prefix = setup
+def test_one_decoder_pass_gives_both_token_losses(setup, lm_batch):
+    tokenizer, _, _ = setup
     model = tiny_model()
     texts = ["The cat sat on the mat and looked at the door.", "Paris is the capital of France and a city."]
-    examples = [
-        build_lm_example(
-            tokenizer(t, add_special_tokens=False)["input_ids"],
-            tokens,
-            prefix,
-            tokenizer.eos_token_id,
-            320,
-            settings(),
-            example_rng(0, i),
-        )
-        for i, t in enumerate(texts)
-    ]
-    batch = collate_lm(examples, tokenizer.pad_token_id)
+    batch = lm_batch(tokenizer, settings(), texts)
     assert batch.mntp_targets.numel() > 0 and batch.msg_targets.numel() > 0
     calls = []
     model.get_decoder().register_forward_hook(lambda *args: calls.append(1))
