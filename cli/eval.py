@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 from magnetsdk.cli.errors import fail
-from magnetsdk.cli.options import candidates_option, model_options, open_magnet
+from magnetsdk.cli.options import candidates_option, line_breaks_option, model_options, open_magnet
 from magnetsdk.cli.output import emit, format_option
 
 from magnetsdk.layout import INFILL_LAYOUTS
@@ -295,6 +295,7 @@ def repetition(
 @candidates_option(
     "Fill the --generate gaps by ranking this many candidates (Magnet.infill(candidates=N), seed 0)."
 )
+@line_breaks_option
 @_common
 def infill(
     file,
@@ -303,6 +304,7 @@ def infill(
     max_new_tokens,
     layouts,
     candidates,
+    line_breaks,
     limit,
     output,
     fmt,
@@ -322,7 +324,15 @@ def infill(
         output,
         fmt,
         lambda: evaluate_infill(
-            magnet, file, limit, batch_size, generate, max_new_tokens, layouts=names, candidates=candidates
+            magnet,
+            file,
+            limit,
+            batch_size,
+            generate,
+            max_new_tokens,
+            layouts=names,
+            candidates=candidates,
+            line_breaks=line_breaks,
         ),
     )
 

@@ -43,6 +43,19 @@ def candidates_option(help_text: str) -> Callable[[Callable], Callable]:
     )
 
 
+def line_breaks_option(command: Callable) -> Callable:
+    """``--line-breaks auto|allow|forbid``: whether fills may break a line (``Magnet.infill(line_breaks=...)``)."""
+    from magnetsdk.infilling import LINE_BREAKS
+
+    return click.option(
+        "--line-breaks",
+        default="auto",
+        show_default=True,
+        type=click.Choice(LINE_BREAKS),
+        help="May a fill break a line? auto: only in a text that holds a line break itself.",
+    )(command)
+
+
 def check_device(device: str) -> None:
     """Refuse a device that does not exist here before anything is loaded."""
     from magnetsdk.loading import pick_device

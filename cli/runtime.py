@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from magnetsdk.cli.errors import fail
 from magnetsdk.cli.inputs import gather_texts
-from magnetsdk.cli.options import candidates_option, model_options, open_magnet
+from magnetsdk.cli.options import candidates_option, line_breaks_option, model_options, open_magnet
 from magnetsdk.cli.output import emit, format_option, print_fields, print_table
 
 _INPUT = click.option(
@@ -112,6 +112,7 @@ def encode(
 @candidates_option(
     "Rank this many fills (the decoded one and the rest sampled) by the filled text's likelihood."
 )
+@line_breaks_option
 @_FORMAT
 def infill(
     texts,
@@ -128,6 +129,7 @@ def infill(
     top_p,
     seed,
     candidates,
+    line_breaks,
     fmt,
 ):
     """Fill the gaps marked in each text (default marker: [GAP]) using both sides."""
@@ -147,6 +149,7 @@ def infill(
             top_p=top_p,
             seed=seed,
             candidates=candidates,
+            line_breaks=line_breaks,
         )
     except (TypeError, ValueError) as error:
         raise fail(error, {"gap_marker": "--marker"}) from None

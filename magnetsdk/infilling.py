@@ -14,6 +14,11 @@ commits to each token before it knows how the sentence will meet that side. With
 candidates, each whole filled text is scored by the same weights read causally (the generator), and
 the fill whose text is most likely wins: :func:`fill_log_likelihood`. The right side then votes
 through every one of its tokens, which is what the decode order alone cannot give.
+
+Line breaks (``Magnet.infill(line_breaks=...)``): by default a fill may break a line only where its
+text holds a line break itself. A gap inside a line is filled within that line; without the rule a
+model trained on running text, where a paragraph often ends after a full stop, opens a new
+paragraph in the middle of one (docs/results.md, "Line breaks in fills").
 """
 
 from __future__ import annotations
@@ -29,6 +34,22 @@ from magnetsdk.decoding import Prompt, Sampling, check_decoding, decode
 from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, lay_out
 
 DEFAULT_GAP_MARKER = "[GAP]"
+LINE_BREAKS = ("auto", "allow", "forbid")
+
+
+def line_break_ids(tokenizer) -> frozenset[int]:
+    """The ids of every token whose text holds a line break (``\\n`` or ``\\r``), special tokens aside."""
+    special = set(tokenizer.all_special_ids)
+    ids = [i for i in range(len(tokenizer)) if i not in special]
+    texts = tokenizer.batch_decode([[i] for i in ids])
+    return frozenset(i for i, text in zip(ids, texts, strict=True) if "\n" in text or "\r" in text)
+
+
+def may_break_lines(text: str, line_breaks: str) -> bool:
+    """Whether the fills of ``text`` may hold a line break: ``"auto"`` when the text has one itself."""
+    if line_breaks not in LINE_BREAKS:
+        raise ValueError(f"line_breaks={line_breaks!r}: use one of {list(LINE_BREAKS)}")
+    return line_breaks == "allow" or (line_breaks == "auto" and ("\n" in text or "\r" in text))
 
 
 @dataclass(frozen=True)
@@ -227,6 +248,7 @@ class SpanProgram:
     layout: InfillLayout
     max_new_tokens: int
     stop_ids: frozenset[int]
+    held_back: frozenset[int] = frozenset()  # tokens no span of this text may hold (line breaks)
     spans: list[list[int]] = field(default_factory=list)
     current: list[int] = field(default_factory=list)
     force: int | None = None  # the SPAN that opens the next gap, decided last step
@@ -239,7 +261,9 @@ class SpanProgram:
         # A gap is there because something is missing: a span gets at least one token before END
         # or EOS may close it (a model that reads "sentence ." as the end of a text would otherwise
         # close every span after a full stop at once).
-        return sorted(self.stop_ids) if not self.current and self.force is None else ()
+        if self.force is not None:
+            return ()
+        return sorted(self.held_back | self.stop_ids) if not self.current else sorted(self.held_back)
 
     def advance(self, choice: int) -> int | None:
         if self.done:
@@ -273,13 +297,17 @@ def decode_spans(
     eos_id: int | None = None,
     first_row: int = 0,
     step_logits: list[torch.Tensor] | None = None,
+    held_back: Sequence[frozenset[int]] | None = None,
 ) -> list[list[list[int]]]:
     """Decode the spans of a batch of texts; ``contexts[i]`` is text ``i``'s token segments.
 
     Returns, per text, the token ids of each span (END excluded). A span is closed after
-    ``max_new_tokens`` tokens if the model has not closed it. ``step_logits``, when given,
-    collects the logits of every step (for equivalence tests).
+    ``max_new_tokens`` tokens if the model has not closed it. ``held_back[i]``, when given, are
+    tokens text ``i``'s spans may not hold (see :func:`line_break_ids`). ``step_logits``, when
+    given, collects the logits of every step (for equivalence tests).
     """
+    if held_back is not None and len(held_back) != len(contexts):
+        raise ValueError(f"held_back has {len(held_back)} entries for {len(contexts)} texts")
     layout = infill_layout(layout)
     prompts = []
     for segments in contexts:
@@ -287,7 +315,8 @@ def decode_spans(
         prompts.append(Prompt(laid.input_ids, laid.is_span))
     stop_ids = frozenset({tokens.end_id} | ({eos_id} if eos_id is not None else set()))
     programs = [
-        SpanProgram(len(segments) - 1, tokens, layout, max_new_tokens, stop_ids) for segments in contexts
+        SpanProgram(len(segments) - 1, tokens, layout, max_new_tokens, stop_ids, held)
+        for segments, held in zip(contexts, held_back or [frozenset()] * len(contexts), strict=True)
     ]
     decode(
         model,

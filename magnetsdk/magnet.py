@@ -36,6 +36,8 @@ from magnetsdk.infilling import (
     best_fill,
     candidate_sampling,
     decode_spans,
+    line_break_ids,
+    may_break_lines,
     move_spaces_into_gaps,
     split_gaps,
 )
@@ -120,6 +122,7 @@ class Magnet:
         self._lock = threading.RLock()
         self._prefix = special_prefix(tokenizer)
         self._pad_id = pad_id(tokenizer)
+        self._line_break_ids: frozenset[int] | None = None  # found on the first infill that needs them
         # A fitted first principal component applied to every embedding (semantic alignment), if any.
         self.principal_shift: PrincipalShift | None = None
         # Keys/values of recently answered contexts (see Magnet.answer and magnetsdk.answering).
@@ -362,6 +365,7 @@ class Magnet:
         candidates: int = 1,
         candidate_temperature: float = 0.8,
         candidate_top_p: float = 0.95,
+        line_breaks: str = "auto",
     ) -> InfillResult | list[InfillResult]:
         """Fill each ``gap_marker`` in ``text`` (or the gap between ``left`` and ``right``).
 
@@ -376,6 +380,9 @@ class Magnet:
         ``InfillResult.candidates`` lists every distinct fill with its log-likelihood. Sampled
         candidate ``k`` (1..N-1) of the call's text ``i`` is seeded ``seed + i * (N - 1) + k - 1``,
         so a seeded call is reproducible; unseeded, the candidates differ from call to call.
+
+        ``line_breaks``: ``"auto"`` lets a text's fills break a line only when the text holds a line
+        break itself (a gap inside a line is filled within it); ``"allow"`` always, ``"forbid"`` never.
         """
         if text is None:
             if left is None and right is None:
@@ -392,8 +399,14 @@ class Magnet:
         ranking = candidate_sampling(candidates, candidate_temperature, candidate_top_p, sampling)
         chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
         pieces, spaces = zip(*(move_spaces_into_gaps(split_gaps(t, gap_marker)) for t in texts), strict=True)
+        breaking = [may_break_lines(t, line_breaks) for t in texts]
+        if not all(breaking) and self._line_break_ids is None:
+            self._line_break_ids = line_break_ids(self.tokenizer)
+        held = [frozenset() if b else self._line_break_ids for b in breaking]
 
-        def fill(rows: list[list[list[int]]], how: Sampling, first: int) -> list[list[list[int]]]:
+        def fill(
+            rows: list[list[list[int]]], kept: list[frozenset[int]], how: Sampling, first: int
+        ) -> list[list[list[int]]]:
             """The span ids of each row's gaps, decoded ``batch_size`` rows at a time."""
             found: list[list[list[int]]] = []
             for at in range(0, len(rows), batch_size):
@@ -409,6 +422,7 @@ class Magnet:
                     use_cache=use_cache,
                     eos_id=self.tokenizer.eos_token_id,
                     first_row=first + at,
+                    held_back=kept[at : at + batch_size],
                 )
             return found
 
@@ -420,10 +434,16 @@ class Magnet:
                     [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in segments]
                     for segments in chunk
                 ]
-                options = [[spans] for spans in fill(contexts, sampling, start)]
+                kept = held[start : start + batch_size]
+                options = [[spans] for spans in fill(contexts, kept, sampling, start)]
                 if ranking is not None:
                     extra = candidates - 1
-                    sampled = fill([c for c in contexts for _ in range(extra)], ranking, start * extra)
+                    sampled = fill(
+                        [c for c in contexts for _ in range(extra)],
+                        [k for k in kept for _ in range(extra)],
+                        ranking,
+                        start * extra,
+                    )
                     for i, found in enumerate(options):
                         found += sampled[i * extra : (i + 1) * extra]
                 moved = spaces[start : start + batch_size]

@@ -80,6 +80,10 @@ def test_infill_generate_info(model_dir):
     args = ("infill", "--model", model_dir, "--max-new-tokens", "3", "--candidates", "3", "--seed", "0")
     ranked = [json.loads(run(*args, "The cat [GAP] mat.").stdout) for _ in range(2)]
     assert ranked[0] == ranked[1] and ranked[0]["text"].startswith("The cat ")
+    kept = run("infill", "--model", model_dir, "--max-new-tokens", "3", "--line-breaks", "forbid", "A [GAP].")
+    assert kept.exit_code == 0 and "\n" not in json.loads(kept.stdout)["spans"][0]
+    wrong = run("infill", "--model", model_dir, "--line-breaks", "never", "A [GAP].")
+    assert wrong.exit_code == 2 and "'never' is not one of 'auto', 'allow', 'forbid'" in wrong.output
 
     generated = run("generate", "--model", model_dir, "--max-new-tokens", "4", "--temperature", "0", "Once")
     assert generated.exit_code == 0 and json.loads(generated.stdout)["prompt"] == "Once"

@@ -271,7 +271,9 @@ class RunSetup:
         which of them differ from the run that wrote the checkpoint."""
         now = self.config.to_dict()
         changed = [
-            k for k in ("learning_rate", "weight_decay", "schedule", "max_steps") if saved.get(k) != now[k]
+            k
+            for k in ("learning_rate", "weight_decay", "schedule", "warmup_steps", "max_steps")
+            if saved.get(k) != now[k]
         ]
         if changed:
             self.accelerator.print(

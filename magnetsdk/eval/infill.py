@@ -19,7 +19,9 @@ budget, the share left empty (closed at once, or only whitespace), the share tha
 :data:`COPY_WORDS` words of either side, and the mean word F1 of each fill against the true span
 (:func:`word_f1`; many fills are right without being the original, so it ranks, it does not grade).
 ``candidates > 1`` fills them the way ``Magnet.infill(candidates=N, seed=0)`` does: ranked by the
-filled text's likelihood.
+filled text's likelihood. ``line_breaks`` is ``Magnet.infill``'s rule (default ``"auto"``: the
+items are single lines, so their fills keep to the line); the share of fills that break a line is
+reported either way, and ``"allow"`` measures how often the model itself would.
 """
 
 from __future__ import annotations
@@ -153,6 +155,7 @@ def evaluate_infill(
     show_progress: bool = True,
     layouts: list[str] | None = None,
     candidates: int = 1,
+    line_breaks: str = "auto",
 ) -> EvalResult:
     """Span perplexity with both sides in each layout (default: the model's own), the shuffled-right
     control, and the left side only; optionally greedy fills of the first ``generate`` items."""
@@ -233,9 +236,11 @@ def evaluate_infill(
                 layout=layout.name,
                 candidates=candidates,
                 seed=0,
+                line_breaks=line_breaks,
             )
             closed = [len(r.span_ids[0]) < max_new_tokens for r in filled]
             empty = [not r.spans[0].strip() for r in filled]
+            broken = ["\n" in r.spans[0] or "\r" in r.spans[0] for r in filled]
             copied = [
                 copies_context(r.spans[0], i.left, i.right) for i, r in zip(picked, filled, strict=True)
             ]
@@ -244,6 +249,7 @@ def evaluate_infill(
             figures[f"closed_rate[{layout.name}]"] = float(np.mean(closed))
             figures[f"copy_rate[{layout.name}]"] = float(np.mean(copied))
             figures[f"empty_rate[{layout.name}]"] = float(np.mean(empty))
+            figures[f"line_break_rate[{layout.name}]"] = float(np.mean(broken))
             details["infills"][layout.name] = [
                 {
                     "left": i.left,
@@ -260,6 +266,7 @@ def evaluate_infill(
             figures["closed_rate"] = figures[f"closed_rate[{chosen[0].name}]"]
             figures["copy_rate"] = figures[f"copy_rate[{chosen[0].name}]"]
             figures["empty_rate"] = figures[f"empty_rate[{chosen[0].name}]"]
+            figures["line_break_rate"] = figures[f"line_break_rate[{chosen[0].name}]"]
             figures["gold_f1"] = figures[f"gold_f1[{chosen[0].name}]"]
 
     headers = ["context", "layout", "span perplexity", "/ left only", "shuffled right", "span tokens"]
@@ -283,6 +290,7 @@ def evaluate_infill(
             "generate": generate,
             "max_new_tokens": max_new_tokens,
             "candidates": candidates,
+            "line_breaks": line_breaks,
             "layouts": [layout.name for layout in chosen],
             "scored_tokens": "span tokens only; the END token is excluded so every perplexity averages "
             "over exactly the same tokens",
