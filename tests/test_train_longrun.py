@@ -195,7 +195,7 @@ def test_a_resumed_run_takes_its_own_learning_rate_and_schedule(
         ),
         resume=True,
     )
-    assert "learning_rate, schedule, max_steps differ" in capsys.readouterr().out
+    assert "learning_rate, schedule, warmup_steps, max_steps differ" in capsys.readouterr().out
     records = read_metrics(again.metrics_path)
     assert [r["step"] for r in records] == [1, 2, 3, 4] and first.output_dir == again.output_dir
     assert [r["lr"] for r in records[2:]] == pytest.approx([2e-4, 2e-4])
