@@ -9,6 +9,8 @@ from typing import Any
 import click
 from magnetsdk.cli.errors import fail
 
+from magnetsdk.checks import LINE_BREAKS
+
 
 def model_options(command: Callable) -> Callable:
     """Add ``--model``, ``--adapter``, ``--device`` and ``--dtype`` to a command."""
@@ -45,8 +47,6 @@ def candidates_option(help_text: str) -> Callable[[Callable], Callable]:
 
 def line_breaks_option(command: Callable) -> Callable:
     """``--line-breaks auto|allow|forbid``: whether fills may break a line (``Magnet.infill(line_breaks=...)``)."""
-    from magnetsdk.infilling import LINE_BREAKS
-
     return click.option(
         "--line-breaks",
         default="auto",

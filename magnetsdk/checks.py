@@ -35,6 +35,17 @@ def check_texts(values: str | Iterable[str], name: str = "texts") -> list[str]:
     return items
 
 
+LINE_BREAKS = ("auto", "allow", "forbid")  # Magnet.infill(line_breaks=...)
+
+
+def check_line_breaks(value: Any) -> str:
+    """One of :data:`LINE_BREAKS`: whether infill fills may break a line (``"auto"``: only in a
+    text that holds a line break itself)."""
+    if value not in LINE_BREAKS:
+        raise ValueError(f"line_breaks={value!r}: use one of {list(LINE_BREAKS)}")
+    return value
+
+
 def check_temperature(value: Any) -> float:
     """A finite number >= 0 (0 is greedy); NaN, infinity, negatives and non-numbers are refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

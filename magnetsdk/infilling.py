@@ -30,11 +30,15 @@ from typing import Any
 
 import torch
 
+from magnetsdk.checks import check_line_breaks
 from magnetsdk.decoding import Prompt, Sampling, check_decoding, decode
 from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, lay_out
 
 DEFAULT_GAP_MARKER = "[GAP]"
-LINE_BREAKS = ("auto", "allow", "forbid")
+
+
+def has_line_break(text: str) -> bool:
+    return "\n" in text or "\r" in text
 
 
 def line_break_ids(tokenizer) -> frozenset[int]:
@@ -42,14 +46,13 @@ def line_break_ids(tokenizer) -> frozenset[int]:
     special = set(tokenizer.all_special_ids)
     ids = [i for i in range(len(tokenizer)) if i not in special]
     texts = tokenizer.batch_decode([[i] for i in ids])
-    return frozenset(i for i, text in zip(ids, texts, strict=True) if "\n" in text or "\r" in text)
+    return frozenset(i for i, text in zip(ids, texts, strict=True) if has_line_break(text))
 
 
 def may_break_lines(text: str, line_breaks: str) -> bool:
     """Whether the fills of ``text`` may hold a line break: ``"auto"`` when the text has one itself."""
-    if line_breaks not in LINE_BREAKS:
-        raise ValueError(f"line_breaks={line_breaks!r}: use one of {list(LINE_BREAKS)}")
-    return line_breaks == "allow" or (line_breaks == "auto" and ("\n" in text or "\r" in text))
+    rule = check_line_breaks(line_breaks)
+    return rule == "allow" or (rule == "auto" and has_line_break(text))
 
 
 @dataclass(frozen=True)

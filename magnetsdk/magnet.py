@@ -11,6 +11,7 @@ that does the work (encoding, infilling, generation, answering, alignment, model
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass
@@ -23,7 +24,13 @@ import torch
 from magnetsdk.alignment import PrincipalShift, ShiftMode, key_tokens
 from magnetsdk.answering import Answer, AnswerSettings, answer_from_hits, check_question
 from magnetsdk.attention import AttentionMode
-from magnetsdk.checks import check_max_length, check_temperature, check_texts, truncate_prompts
+from magnetsdk.checks import (
+    check_line_breaks,
+    check_max_length,
+    check_temperature,
+    check_texts,
+    truncate_prompts,
+)
 from magnetsdk.config import MagnetConfig, Pooling, choice
 from magnetsdk.context_cache import ContextCache
 from magnetsdk.decoding import Sampling, check_decoding
@@ -122,7 +129,6 @@ class Magnet:
         self._lock = threading.RLock()
         self._prefix = special_prefix(tokenizer)
         self._pad_id = pad_id(tokenizer)
-        self._line_break_ids: frozenset[int] | None = None  # found on the first infill that needs them
         # A fitted first principal component applied to every embedding (semantic alignment), if any.
         self.principal_shift: PrincipalShift | None = None
         # Keys/values of recently answered contexts (see Magnet.answer and magnetsdk.answering).
@@ -198,6 +204,11 @@ class Magnet:
     def prefix(self) -> list[int]:
         """The tokens the tokenizer puts before any text (a BOS), which every layout starts with."""
         return list(self._prefix)
+
+    @functools.cached_property
+    def _line_break_ids(self) -> frozenset[int]:
+        """The tokens a fill that keeps to its line may not hold (found once, on first use)."""
+        return line_break_ids(self.tokenizer)
 
     @property
     def infill_layout(self) -> InfillLayout:
@@ -399,10 +410,7 @@ class Magnet:
         ranking = candidate_sampling(candidates, candidate_temperature, candidate_top_p, sampling)
         chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
         pieces, spaces = zip(*(move_spaces_into_gaps(split_gaps(t, gap_marker)) for t in texts), strict=True)
-        breaking = [may_break_lines(t, line_breaks) for t in texts]
-        if not all(breaking) and self._line_break_ids is None:
-            self._line_break_ids = line_break_ids(self.tokenizer)
-        held = [frozenset() if b else self._line_break_ids for b in breaking]
+        check_line_breaks(line_breaks)
 
         def fill(
             rows: list[list[list[int]]], kept: list[frozenset[int]], how: Sampling, first: int
@@ -428,6 +436,7 @@ class Magnet:
 
         results: list[InfillResult] = []
         with self._lock, torch.inference_mode():
+            held = [frozenset() if may_break_lines(t, line_breaks) else self._line_break_ids for t in texts]
             for start in range(0, len(pieces), batch_size):
                 chunk = pieces[start : start + batch_size]
                 contexts = [

@@ -134,6 +134,13 @@ def test_config_is_torch_free():
     assert out.stdout.strip() == "False"
 
 
+def test_the_command_line_starts_without_torch():
+    # Every command's options are built at import; `magnet --help` must not wait for torch.
+    code = "import sys, magnetsdk.cli.main; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "False"
+
+
 LINE_LIMIT = 400
 REASON = "longer than the ~400 lines"
 

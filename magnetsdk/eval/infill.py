@@ -37,6 +37,7 @@ import numpy as np
 
 from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.eval.scoring import ScoredSequence, perplexity, target_nll
+from magnetsdk.infilling import has_line_break
 from magnetsdk.layout import InfillLayout, infill_layout, lay_out
 from magnetsdk.records import jsonl_rows, read_text
 
@@ -240,7 +241,7 @@ def evaluate_infill(
             )
             closed = [len(r.span_ids[0]) < max_new_tokens for r in filled]
             empty = [not r.spans[0].strip() for r in filled]
-            broken = ["\n" in r.spans[0] or "\r" in r.spans[0] for r in filled]
+            broken = [has_line_break(r.spans[0]) for r in filled]
             copied = [
                 copies_context(r.spans[0], i.left, i.right) for i, r in zip(picked, filled, strict=True)
             ]
