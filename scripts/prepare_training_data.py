@@ -4,12 +4,16 @@ Writes, under ``--out`` (default ``runs/data``):
 
 - ``text.txt``: one training text per line for MNTP and MSG: WikiText-2 valid paragraphs (headings
   dropped) after the first ``--holdout-lines`` lines, STS-B train sentences and SNLI dev + test
-  premises, deduplicated. STS-B scores are not used.
+  premises, deduplicated. STS-B scores are used only in ``sts_scored.jsonl``.
 - ``documents.jsonl``: ``{"text"}`` per WikiText-2 article after the held-out lines (its paragraphs
   joined by line breaks): running text for the next-token examples, which end in EOS only where
   an article ends (``TrainConfig.documents``).
 - ``snli_pairs.jsonl``: ``{"anchor", "positive", "negative"}`` per SNLI dev or test premise that has
   an entailed hypothesis (the positive) and a contradicted one (the hard negative), for SSCL.
+- ``sts_scored.jsonl``: ``{"text1", "text2", "score"}`` per STS-B train row that is not held out
+  and shares no sentence with the held-out rows or STS-B dev: scored pairs for the supervised
+  CoSENT term (``TrainConfig.scored_pairs``). A recipe that reads it is supervised on STS-B
+  train's labels and says so.
 - ``sts-heldout.csv``: the held-out STS split (``scripts/build_heldout_sts.py``: every 6th row of
   STS-B train); its sentences are removed from every file above.
 - ``eval_prefixes.txt``: held-out WikiText paragraphs (from the first ``--holdout-lines`` lines) for
@@ -21,7 +25,7 @@ corpus removed) are dropped. A model trained on the tokenised form writes `` , `
 itself (the adapter of 2026-12-01, steps 1-325, did). ``--wikitext-tokens`` keeps the old form.
 The evaluation items stay tokenised, as the base model's figures were measured on them.
 
-STS-B dev is never read: it is kept for model selection. The first 500 lines of WikiText-2 valid
+STS-B dev is read only to keep its sentences out of ``sts_scored.jsonl``: it is kept for model selection. The first 500 lines of WikiText-2 valid
 are never trained on either: the evaluations of ``docs/results.md`` read them (plain-text
 perplexity: the first 20,480 tokens, up to line 249; repetition: the first 200 prefixes, up to line
 454; the infill set: up to line 279). The shared data has no other WikiText split.
@@ -119,6 +123,20 @@ def write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+def dev_sentences(sts_dev: Path) -> set[str]:
+    """Both sentences of every STS-B dev row, stripped."""
+    return {s.strip() for r in read_rows(sts_dev) for s in (r[5], r[6])}
+
+
+def scored_pairs(rows: list[list[str]], excluded: set[str]) -> list[dict[str, object]]:
+    """STS-B rows as ``{"text1", "text2", "score"}``, leaving out every row with a sentence in ``excluded``."""
+    return [
+        {"text1": r[5].strip(), "text2": r[6].strip(), "score": float(r[4])}
+        for r in rows
+        if r[5].strip() not in excluded and r[6].strip() not in excluded
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -152,7 +170,8 @@ def main() -> None:
     unique = [t for t in dict.fromkeys(t for t in texts if t) if t not in held]
     documents = wikitext_articles(wiki, args.holdout_lines, plain=not args.wikitext_tokens)
     prefixes = wikitext_paragraphs(wiki, 40, 0, args.holdout_lines)[: args.eval_prefixes]
-    heldout_rows, _ = split_rows(read_rows(sts_train), EVERY)
+    heldout_rows, rest_rows = split_rows(read_rows(sts_train), EVERY)
+    scored = scored_pairs(rest_rows, held | dev_sentences(args.shared / "stsb" / "sts-dev.csv"))
 
     args.out.mkdir(parents=True, exist_ok=True)
     write(args.out / "text.txt", "\n".join(unique) + "\n")
@@ -161,11 +180,12 @@ def main() -> None:
         "".join(json.dumps({"text": d}, ensure_ascii=False) + "\n" for d in documents),
     )
     write(args.out / "snli_pairs.jsonl", "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
+    write(args.out / "sts_scored.jsonl", "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in scored))
     write(args.out / "sts-heldout.csv", "".join("\t".join(r) + "\n" for r in heldout_rows))
     write(args.out / "eval_prefixes.txt", "\n".join(prefixes) + "\n")
     print(
         f"{len(unique)} texts -> text.txt; {len(documents)} articles -> documents.jsonl; "
-        f"{len(pairs)} pairs -> snli_pairs.jsonl; {len(heldout_rows)} held-out STS pairs -> sts-heldout.csv "
+        f"{len(pairs)} pairs -> snli_pairs.jsonl; {len(scored)} scored pairs -> sts_scored.jsonl; {len(heldout_rows)} held-out STS pairs -> sts-heldout.csv "
         f"({len(held)} sentences kept out of training); {len(prefixes)} prefixes -> eval_prefixes.txt (in {args.out})"
     )
 

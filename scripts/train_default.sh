@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 SHARED=${SHARED:-../shared/data}
 CONFIG=${CONFIG:-configs/train-default.toml}
-if [[ ! -f runs/data/documents.jsonl || ! -f runs/data/sts-heldout.csv ]]; then
+if [[ ! -f runs/data/documents.jsonl || ! -f runs/data/sts-heldout.csv || ! -f runs/data/sts_scored.jsonl ]]; then
   # Lines 1-1000 of wiki.valid stay out of training: the infill dev (1-500) and test (501-1000) items.
   "$PY" scripts/prepare_training_data.py --shared "$SHARED" --out runs/data --holdout-lines 1000
 fi

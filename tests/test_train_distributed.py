@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -25,7 +26,17 @@ from magnetsdk.train.trainer import train
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TOLERANCE = 1e-4
-LOSSES = ("mntp", "sscl", "msg", "loss")
+LOSSES = ("mntp", "sscl", "msg", "scored", "loss")
+SCORED = [  # graded pairs for the CoSENT term: its cosines are gathered across processes too
+    ("The cat sat on the mat.", "A cat was sitting on the mat.", 4.8),
+    ("A dog runs in the park.", "A dog is running in a park.", 4.2),
+    ("Paris is the capital of France.", "France has many museums.", 2.0),
+    ("Stocks rose after the bank cut rates.", "She sells sea shells by the shore.", 0.2),
+    ("He plays the piano.", "He plays the piano and the guitar.", 3.5),
+    ("Rain fell all night.", "Water boils at one hundred degrees.", 0.0),
+    ("The quick brown fox jumps.", "A fast brown fox leaps.", 4.5),
+    ("Machine learning models learn.", "Models learn patterns from data.", 3.0),
+]
 
 
 def settings(base_dir, data_file, output_dir, **overrides) -> dict:
@@ -66,16 +77,22 @@ def assert_same_losses(a: list[dict], b: list[dict]) -> None:
     assert [r["step"] for r in a] == [r["step"] for r in b]
     for left, right in zip(a, b, strict=True):
         for key in LOSSES:
-            if left[key] is None:
-                assert right[key] is None
+            if left.get(key) is None:
+                assert right.get(key) is None
             else:
                 assert right[key] == pytest.approx(left[key], rel=TOLERANCE), (left["step"], key)
 
 
 def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, base_dir, data_file):
-    common = dict(max_steps=4, save_every=4, lora_dropout=0.0, attention_dropout=0.0)
-    one = train(TrainConfig(**settings(base_dir, data_file, tmp_path / "one", **common)))
-    two_settings = settings(base_dir, data_file, tmp_path / "two", batch_size=2, **common)
+    scored = tmp_path / "scored.jsonl"
+    scored.write_text("".join(json.dumps({"text1": a, "text2": b, "score": s}) + "\n" for a, b, s in SCORED))
+    common = dict(
+        max_steps=4, save_every=4, lora_dropout=0.0, attention_dropout=0.0, scored_pairs=[str(scored)]
+    )
+    one = train(TrainConfig(**settings(base_dir, data_file, tmp_path / "one", scored_batch_size=4, **common)))
+    two_settings = settings(
+        base_dir, data_file, tmp_path / "two", batch_size=2, scored_batch_size=2, **common
+    )
     command = [
         sys.executable,
         "-m",
@@ -129,6 +146,9 @@ def test_sigkill_then_resume_ends_like_an_uninterrupted_run(tmp_path, base_dir, 
     full = train(TrainConfig(**settings(base_dir, data_file, tmp_path / "full", **common)))
     assert resumed.steps == full.steps == 24
     for key in LOSSES:
-        assert resumed.losses[key] == pytest.approx(full.losses[key], rel=TOLERANCE), key
+        if full.losses.get(key) is None:
+            assert resumed.losses.get(key) is None, key
+        else:
+            assert resumed.losses[key] == pytest.approx(full.losses[key], rel=TOLERANCE), key
     # The metrics log reads as one run: every step once, and the same losses throughout.
     assert_same_losses(read_metrics(full.metrics_path), read_metrics(resumed.metrics_path))

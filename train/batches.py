@@ -10,6 +10,9 @@ Next-token examples: with ``documents``, a share ``no_context_fraction`` of the 
 document chunk (EOS only after a document's last chunk) and the rest a text for MNTP + MSG;
 without documents they are texts of ``data`` without EOS.
 
+Scored pairs (``scored_pairs``) have an order of their own and a batch of ``scored_batch_size``
+pairs per micro-batch (:meth:`Batches.scored_batch`).
+
 It knows nothing about the model's weights, optimizers or checkpoints.
 """
 
@@ -25,9 +28,11 @@ from magnetsdk.train.collate import (
     LMBatch,
     LMExample,
     LMSettings,
+    ScoredBatch,
     ViewBatch,
     build_lm_example,
     collate_lm,
+    collate_scored,
     collate_views,
 )
 from magnetsdk.train.config import PositiveSource, TrainConfig
@@ -37,6 +42,7 @@ from magnetsdk.train.data import (
     Order,
     chunk_documents,
     read_pairs,
+    read_scored_pairs,
     read_texts,
     tokenize_texts,
 )
@@ -80,8 +86,23 @@ class Batches:
         pairs = read_pairs(config.pairs)
         if config.pairs and not pairs:
             raise DataError(f"the pair files {config.pairs} hold no pairs")
+        self.scored = read_scored_pairs(config.scored_pairs) if config.uses_scored else []
+        if config.uses_scored:
+            if len(self.scored) < 2:
+                raise DataError(
+                    f"the scored pair files {config.scored_pairs} hold {len(self.scored)} pair(s); "
+                    "CoSENT compares pairs, so give at least 2"
+                )
+            if len({p.score for p in self.scored}) < 2:
+                raise DataError(
+                    f"every pair in {config.scored_pairs} has the same score; CoSENT learns from "
+                    "pairs scored differently"
+                )
+            self.scored_order = Order(len(self.scored), config.seed + 5)
         if not texts and pairs:
             texts = list(dict.fromkeys(t for p in pairs for t in (p.anchor, p.positive)))
+        if not texts and self.scored:
+            texts = list(dict.fromkeys(t for p in self.scored for t in (p.text1, p.text2)))
         if not texts:
             raise DataError(
                 f"no training text in {config.data}: the files are empty or hold only blank lines; "
@@ -262,6 +283,19 @@ class Batches:
         if not self.config.hard_negatives:
             negatives = [None] * len(anchors)
         return (anchors, positives, negatives), items
+
+    def scored_batch(self, step: int, micro: int) -> ScoredBatch | None:
+        """This process's scored pairs of micro-batch ``micro`` of ``step`` (None without scored pairs)."""
+        if not self.scored:
+            return None
+        positions = self.positions(step, micro, self.config.scored_batch_size)
+        pairs = [self.scored[self.scored_order.item(p)] for p in positions]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*truncated.*")
+            batch = collate_scored(
+                self.tokenizer, pairs, self.config.instruction, self.config.sscl_max_length, self.pad
+            )
+        return batch.to(self.accelerator.device)
 
     def batch(
         self, step: int, micro: int, weights: tuple[float, float, float]

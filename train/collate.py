@@ -270,3 +270,32 @@ def collate_views(
     ids, valid = pad_batch([i.ids for i in inputs], pad_id, torch.device("cpu"))
     has_negative = torch.tensor([n is not None for n in negatives], dtype=torch.bool)
     return ViewBatch(ids, valid, inputs, len(anchors), has_negative)
+
+
+@dataclass
+class ScoredBatch:
+    """Scored pairs encoded as a :class:`ViewBatch` (rows ``0..b-1`` first texts, ``b..2b-1`` second), and their scores."""
+
+    views: ViewBatch
+    scores: torch.Tensor  # (b,) float32
+
+    @property
+    def tokens(self) -> int:
+        return self.views.tokens
+
+    def to(self, device: torch.device) -> ScoredBatch:
+        return ScoredBatch(self.views.to(device), self.scores.to(device))
+
+
+def collate_scored(tokenizer, pairs: list, instruction: str, max_length: int, pad_id: int) -> ScoredBatch:
+    """The :class:`ScoredBatch` of ``pairs`` (:class:`~magnetsdk.train.data.ScoredPair`), instruction-prefixed as the encoder does."""
+    views = collate_views(
+        tokenizer,
+        [p.text1 for p in pairs],
+        [p.text2 for p in pairs],
+        [None] * len(pairs),
+        instruction,
+        max_length,
+        pad_id,
+    )
+    return ScoredBatch(views, torch.tensor([p.score for p in pairs], dtype=torch.float32))

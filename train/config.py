@@ -111,6 +111,12 @@ class TrainConfig:
     context_loss: bool | None = None  # causal layouts: the context tokens are next-token targets too
     temperature: float = 0.05  # InfoNCE: cosine similarity / temperature
     hard_negatives: bool = True  # a pair's `negative` (e.g. an SNLI contradiction) joins the candidates
+    # Scored pairs (.jsonl / .tsv: text1, text2, score; e.g. STS-B train): a supervised CoSENT term
+    # that orders the pairs' cosines as their scores (train/objectives.py, cosent).
+    scored_pairs: list[str] = field(default_factory=list)
+    scored_weight: float = 1.0
+    scored_batch_size: int = 32  # scored pairs per process per micro-batch
+    cosent_scale: float = 20.0  # cosine differences are multiplied by this before the log-sum-exp
     # SSCL anchors per micro-batch and process (None: batch_size). Larger batches give more
     # in-batch negatives; with contrastive_chunk_size the gradient pass runs in chunks (GradCache).
     contrastive_batch_size: int | None = None
@@ -180,6 +186,7 @@ class TrainConfig:
         self.data = [str(p) for p in _as_list(self.data)]
         self.pairs = [str(p) for p in _as_list(self.pairs)]
         self.documents = [str(p) for p in _as_list(self.documents)]
+        self.scored_pairs = [str(p) for p in _as_list(self.scored_pairs)]
         if self.contrastive_batch_size is None:
             self.contrastive_batch_size = self.batch_size
         self.lm_attention = _enum(LMAttention, self.lm_attention, "lm_attention")
@@ -197,8 +204,10 @@ class TrainConfig:
         self._validate()
 
     def _validate(self) -> None:
-        if not self.data and not self.pairs:
-            raise ValueError("no training data: pass text files with data=[...] (--data) and/or pairs=[...]")
+        if not self.data and not self.pairs and not self.scored_pairs:
+            raise ValueError(
+                "no training data: pass text files with data=[...] (--data), pairs=[...] and/or scored_pairs=[...]"
+            )
         if self.contrastive_chunk_size is not None and self.contrastive_chunk_size < 1:
             raise ValueError(
                 f"contrastive_chunk_size={self.contrastive_chunk_size} must be at least 1 (or unset: no chunking)"
@@ -219,8 +228,13 @@ class TrainConfig:
         for name, value in weights.items():
             if value < 0:
                 raise ValueError(f"{name}={value} must be >= 0")
-        if not any(weights.values()):
-            raise ValueError("all objective weights are 0; set at least one of " + ", ".join(weights))
+        if not any(weights.values()) and not self.uses_scored:
+            raise ValueError(
+                "all objective weights are 0; set at least one of "
+                + ", ".join(weights)
+                + " (or give scored_pairs)"
+            )
+        self._check_scored()
         self._check_kl()
         for name in (
             "no_context_fraction",
@@ -292,6 +306,16 @@ class TrainConfig:
         ):
             raise ValueError("SSCL needs in-batch negatives: batch_size must be at least 2")
 
+    def _check_scored(self) -> None:
+        if self.scored_weight < 0:
+            raise ValueError(f"scored_weight={self.scored_weight} must be >= 0 (0: scored pairs unused)")
+        if self.cosent_scale <= 0:
+            raise ValueError(f"cosent_scale={self.cosent_scale} must be > 0")
+        if self.scored_pairs and self.scored_batch_size < 2:
+            raise ValueError(
+                f"scored_batch_size={self.scored_batch_size}: CoSENT compares pairs with each other; use at least 2"
+            )
+
     def _check_kl(self) -> None:
         if self.kl_weight < 0:
             raise ValueError(f"kl_weight={self.kl_weight} must be >= 0 (0: off)")
@@ -343,6 +367,15 @@ class TrainConfig:
     @property
     def uses_sscl(self) -> bool:
         return bool(self.sscl_weight)
+
+    @property
+    def uses_scored(self) -> bool:
+        return bool(self.scored_pairs and self.scored_weight)
+
+    @property
+    def trains_embeddings(self) -> bool:
+        """SSCL or CoSENT trains the encoder's bidirectional last-token embeddings."""
+        return self.uses_sscl or self.uses_scored
 
     @property
     def uses_lm(self) -> bool:

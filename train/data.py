@@ -5,6 +5,8 @@
 - Pair files (positive views for the contrastive objective): ``.jsonl`` with ``anchor`` and
   ``positive`` (and optionally ``negative``, a hard negative such as a contradiction), or ``.tsv``
   with a header row naming the same columns.
+- Scored pair files (graded similarity, e.g. STS-B): ``.jsonl`` or ``.tsv`` with ``text1``,
+  ``text2`` and a numeric ``score`` (any scale: only the order of the scores is used).
 - Documents (running text for next-token examples): one document per text, its tokens cut into
   consecutive chunks of the length budget; only the last chunk of a document ends it (EOS).
 - The order: example ``p`` of the run (counting over all steps, micro-batches and processes) is
@@ -30,6 +32,7 @@ from magnetsdk.records import DataError
 TEXT_SUFFIXES = (".txt", ".jsonl", ".csv", ".tsv")
 PAIR_SUFFIXES = (".jsonl", ".tsv")
 PAIR_COLUMNS = ("anchor", "positive")
+SCORED_COLUMNS = ("text1", "text2", "score")
 MIN_TOKENS = 4  # shorter texts cannot hold a span and some context
 
 
@@ -58,6 +61,34 @@ def read_pairs(paths: list[str]) -> list[Pair]:
             negative = str(negative).strip() if negative not in (None, "") else None
             if anchor and positive:
                 pairs.append(Pair(anchor, positive, negative or None))
+    return pairs
+
+
+@dataclass(frozen=True)
+class ScoredPair:
+    text1: str
+    text2: str
+    score: float
+
+
+def read_scored_pairs(paths: list[str]) -> list[ScoredPair]:
+    """All scored pairs of ``paths``; a score that is not a finite number is an error naming its line."""
+    pairs: list[ScoredPair] = []
+    for name in paths:
+        for row in records.rows(_existing(name, PAIR_SUFFIXES, "scored pairs"), SCORED_COLUMNS):
+            value = row.fields["score"]
+            try:
+                score = float(value)
+            except (TypeError, ValueError):
+                score = float("nan")
+            if isinstance(value, bool) or not np.isfinite(score):
+                raise DataError(
+                    f"{name}:{row.line}: score {value!r} is not a number; each pair needs a numeric "
+                    "score (higher: more similar)"
+                )
+            text1, text2 = str(row.fields["text1"]).strip(), str(row.fields["text2"]).strip()
+            if text1 and text2:
+                pairs.append(ScoredPair(text1, text2, score))
     return pairs
 
 

@@ -31,7 +31,7 @@ from magnetsdk.st_layout import CUSTOM, write_custom_files
 def encoding_settings(uses_sscl: bool, lm_attention: str) -> tuple[AttentionMode, Pooling]:
     """How a model trained this way should encode: the mode and pooling it was trained for.
 
-    SSCL trains bidirectional last-token (EOS) embeddings. Without SSCL, a model whose context was
+    SSCL (and CoSENT over scored pairs) trains bidirectional last-token (EOS) embeddings. Without either, a model whose context was
     trained bidirectionally (MNTP, MSG) is read by mean pooling; a causal-only model (MEAP) keeps
     causal mean pooling, as an unadapted model does.
     """

@@ -6,6 +6,9 @@
   negatives (one batch), pools the last token (EOS) and applies InfoNCE with cosine similarity
   over a temperature and in-batch negatives.
 
+- Scored pairs (optional, supervised): the same bidirectional last-token embeddings of both texts;
+  CoSENT orders the pairs' cosines as their gold scores.
+
 Across processes: the token losses are divided by the token count of the *global* batch, and
 the contrastive loss is computed over the embeddings gathered from all processes (gradient
 flowing to the local part), so a run on N processes computes the same loss and, after DDP's
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from magnetsdk.train.collate import LMBatch, ViewBatch
+from magnetsdk.train.collate import LMBatch, ScoredBatch, ViewBatch
 
 from magnetsdk.attention import AttentionMode
 from magnetsdk.config import Pooling
@@ -98,6 +101,21 @@ def info_nce(
     return F.cross_entropy(scores, labels)
 
 
+def cosent(similarities: torch.Tensor, scores: torch.Tensor, scale: float) -> torch.Tensor:
+    """CoSENT (Su, 2022): every pair scored above another must have the higher cosine.
+
+    ``log(1 + sum over (i, j) with scores[i] > scores[j] of exp(scale * (cos_j - cos_i)))``;
+    ``similarities`` and ``scores`` are (n,). Only the order of the scores matters, so any scale
+    of labels works; pairs with equal scores are not compared. With no two scores different the
+    loss is 0 (log 1).
+    """
+    cos = similarities.float()
+    differences = scale * (cos[None, :] - cos[:, None])  # [i, j] = scale * (cos_j - cos_i)
+    ranked = scores[:, None] > scores[None, :]  # pair i is scored above pair j
+    terms = differences.masked_fill(~ranked, float("-inf")).flatten()
+    return torch.logsumexp(torch.cat([terms.new_zeros(1), terms]), dim=0)
+
+
 @dataclass
 class StepLosses:
     total: torch.Tensor  # what to back-propagate (scaled for DDP averaging)
@@ -106,6 +124,7 @@ class StepLosses:
     msg: float | None
     embeddings: torch.Tensor | None = None  # embed_only: the pooled views (rows of the ViewBatch)
     kl: float | None = None  # KL(adapted || base) per next-token target (kl_weight > 0)
+    scored: float | None = None  # CoSENT over the scored pairs (a ScoredBatch was given)
 
 
 def fused_rows_cost(lm: LMBatch, views: ViewBatch) -> tuple[int, int]:
@@ -138,6 +157,8 @@ class MagnetObjectives(torch.nn.Module):
       ``KL(adapted || base)`` at each target, the base being the same peft model with its adapter
       switched off (one more pass, without gradients, over those rows only). The reverse direction
       is the one that punishes mass the base does not give: rare, under-trained tokens.
+    - ``scored`` (a :class:`ScoredBatch`) adds ``scored_weight`` x CoSENT over those pairs' cosines
+      (one bidirectional pass of its own; called with neither LM rows nor views).
     """
 
     _FUSE_SLACK = 1.15
@@ -149,6 +170,8 @@ class MagnetObjectives(torch.nn.Module):
         temperature: float,
         fuse: bool = True,
         kl_weight: float = 0.0,
+        scored_weight: float = 0.0,
+        cosent_scale: float = 20.0,
     ) -> None:
         super().__init__()
         if kl_weight and not hasattr(model, "disable_adapter"):
@@ -158,6 +181,8 @@ class MagnetObjectives(torch.nn.Module):
         self.temperature = temperature
         self.fuse = fuse
         self.kl_weight = kl_weight
+        self.scored_weight = scored_weight
+        self.cosent_scale = cosent_scale
 
     def forward(
         self,
@@ -166,10 +191,20 @@ class MagnetObjectives(torch.nn.Module):
         weights: tuple[float, float, float],
         view_grads: torch.Tensor | None = None,
         embed_only: bool = False,
+        scored: ScoredBatch | None = None,
     ) -> StepLosses:
         w_mntp, w_sscl, w_msg = weights
         world = world_size()
         total = torch.zeros((), device=self._device())
+        if scored is not None:
+            loss = self._scored_loss(scored)
+            return StepLosses(
+                total=total + self.scored_weight * loss * world,
+                mntp=None,
+                sscl=None,
+                msg=None,
+                scored=float(loss.detach()),
+            )
         mntp = msg = sscl = kl = None
         use_lm = lm is not None and bool(w_mntp or w_msg) and not embed_only
         use_views = views is not None and (bool(w_sscl) or embed_only)
@@ -217,6 +252,17 @@ class MagnetObjectives(torch.nn.Module):
                 sscl = float(loss.detach())
 
         return StepLosses(total=total, mntp=mntp, sscl=sscl, msg=msg, kl=kl)
+
+    def _scored_loss(self, scored: ScoredBatch) -> torch.Tensor:
+        """The global CoSENT loss of this process's scored pairs and every other process's."""
+        views = scored.views
+        hidden = run_decoder(self.model, views.input_ids, views.valid, AttentionMode.BIDIRECTIONAL).hidden
+        pooled = pool(hidden, views.inputs, Pooling.LAST).float()  # (2b, d)
+        b = views.anchors
+        similarities = F.cosine_similarity(pooled[:b], pooled[b : 2 * b], dim=-1)  # (b,)
+        return cosent(
+            gather_keep_local_grad(similarities), gather_keep_local_grad(scored.scores), self.cosent_scale
+        )
 
     def _fusable(self, lm: LMBatch, views: ViewBatch, view_grads: torch.Tensor | None) -> bool:
         if not self.fuse or view_grads is not None or self.lm_attention is AttentionMode.CAUSAL:

@@ -208,6 +208,8 @@ class RunSetup:
             config.temperature,
             fuse=config.fuse_passes,
             kl_weight=config.kl_weight,
+            scored_weight=config.scored_weight if config.uses_scored else 0.0,
+            cosent_scale=config.cosent_scale,
         )
         # FSDP's auto-wrap gives each class in `_no_split_modules` of the module it wraps its own
         # shard unit; hand the decoder's layer classes up from the model inside.

@@ -151,23 +151,28 @@ class _Run(RunSetup):
         config = self.config
         started = time.perf_counter()
         weights = config.weights_at(step)
-        accumulated: dict[str, list[float]] = {"mntp": [], "sscl": [], "msg": [], "kl": []}
+        keys = ("mntp", "sscl", "msg", "kl", "scored")
+        accumulated: dict[str, list[float]] = {k: [] for k in keys}
         tokens = 0
         total = 0.0
         for micro in range(config.gradient_accumulation):
             lm, views, items = self.batches.batch(step, micro, weights)
-            tokens += (lm.tokens if lm is not None else 0) + (views.tokens if views is not None else 0)
+            scored = self.batches.scored_batch(step, micro)
+            tokens += sum(b.tokens for b in (lm, views, scored) if b is not None)
             calls, sscl = self._calls(lm, views, weights)
-            values: dict[str, float | None] = {"mntp": None, "sscl": sscl, "msg": None, "kl": None}
-            for index, (lm_part, view_part, grads, rng) in enumerate(calls):
+            calls = [(*call, None) for call in calls if call[0] is not None or call[1] is not None]
+            if scored is not None:
+                calls.append((None, None, None, None, scored))  # its own pass, the last of the micro-batch
+            values: dict[str, float | None] = {k: None for k in keys} | {"sscl": sscl}
+            for index, (lm_part, view_part, grads, rng, scored_part) in enumerate(calls):
                 last = micro == config.gradient_accumulation - 1 and index == len(calls) - 1
                 sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.module)
                 with sync:
                     if rng is not None:
                         restore_rng(rng, self.accelerator.device)
                     with self.accelerator.autocast():
-                        out = self.module(lm_part, view_part, weights, view_grads=grads)
-                    for key in ("mntp", "msg", "sscl", "kl"):
+                        out = self.module(lm_part, view_part, weights, view_grads=grads, scored=scored_part)
+                    for key in keys:
                         if getattr(out, key) is not None:
                             values[key] = getattr(out, key)
                     bad = global_sum(
@@ -182,8 +187,8 @@ class _Run(RunSetup):
             total += sum(
                 w * v
                 for w, v in zip(
-                    (*weights, config.kl_weight),
-                    (values["mntp"], values["sscl"], values["msg"], values["kl"]),
+                    (*weights, config.kl_weight, config.scored_weight),
+                    (values["mntp"], values["sscl"], values["msg"], values["kl"], values["scored"]),
                     strict=True,
                 )
                 if v is not None
@@ -202,6 +207,8 @@ class _Run(RunSetup):
         }
         if not config.kl_weight:
             del losses["kl"]
+        if not config.uses_scored:
+            del losses["scored"]
         losses["loss"] = total / config.gradient_accumulation
         tokens = int(global_sum(torch.tensor(tokens, device=self.accelerator.device)))
         return losses, tokens, time.perf_counter() - started
@@ -303,7 +310,7 @@ class _Run(RunSetup):
             instruction=config.instruction,
             layout=self.layout,
             tokens_added=self.tokens_added,
-            uses_sscl=config.uses_sscl,
+            uses_sscl=config.trains_embeddings,
             lm_attention=config.lm_attention.value,
             training=training,
             full_weights=config.full_finetune,
