@@ -68,3 +68,40 @@ def test_sts_score_of_a_tiny_model_equals_the_hand_computation(tmp_path):
     )
     assert result.settings["pooling"] == "mean" and result.settings["attention"] == "bidirectional"
     assert len(result.data) == 2 and len(result.data[0]["sha256"]) == 64
+
+
+STSB_SOURCES = "".join(
+    f"main-news\t{source}\t2012\t{i:04d}\t{score}\t{a}\t{b}\n"
+    for i, (source, score, a, b) in enumerate(
+        [
+            ("MSRpar", 4.0, "Stocks rose sharply today.", "Shares rose a lot today."),
+            ("MSRpar", 1.0, "The bank cut rates.", "Rain fell all night."),
+            ("MSRpar", 2.5, "The market fell.", "The markets dropped a little."),
+            ("headlines", 5.0, "A man is dancing.", "A man dances."),
+            ("headlines", 0.5, "The cat sat on the mat.", "Stocks rose."),
+            ("headlines", 3.0, "A dog runs in the park.", "A dog is in the park."),
+            ("headlines", 2.0, "Paris is big.", "France is big."),
+            ("tiny", 1.0, "One pair.", "Only two pairs."),
+            ("tiny", 2.0, "Too few.", "To score."),
+        ]
+    )
+)
+
+
+def test_an_stsb_file_is_also_scored_per_source(tmp_path):
+    from magnetsdk.testing import tiny_magnet
+
+    magnet = tiny_magnet("llama")
+    path = write(tmp_path, "held.csv", STSB_SOURCES)
+    result = evaluate_sts(MagnetEncoder(magnet, pooling="mean"), [path], show_progress=False)
+    pairs = read_sts(path)
+    assert pairs.sources[:3] == ["MSRpar"] * 3
+    cosines = (
+        magnet.encode(pairs.sentences1, pooling="mean") * magnet.encode(pairs.sentences2, pooling="mean")
+    ).sum(1)
+    for source, rows in (("MSRpar", slice(0, 3)), ("headlines", slice(3, 7))):
+        expected = 100 * spearman(pairs.scores[rows], cosines[rows])
+        assert result.figures[f"held[{source}].spearman"] == pytest.approx(expected, abs=1e-6)
+    assert "held[tiny].spearman" not in result.figures  # 2 pairs: too few to score
+    assert [r[0] for r in result.rows] == ["held", "held[MSRpar]", "held[headlines]"]
+    assert read_sts(write(tmp_path, "p.tsv", TSV)).sources == []  # only the STS-B format names sources

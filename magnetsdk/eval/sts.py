@@ -8,6 +8,10 @@ Reads three formats, detected from the first line or given explicitly:
   ``relatedness_score``;
 - ``tsv``: ``s1<TAB>s2<TAB>score``, with an optional header line.
 
+For an STS Benchmark file the pairs are also scored per source (column 2: MSRpar, headlines,
+answers-forums, ...), as ``NAME[SOURCE].spearman`` figures and rows after the files': a split whose
+sources are mixed differently from another's scores differently for that reason alone.
+
 The score is the same statistic sentence-transformers' ``EmbeddingSimilarityEvaluator`` reports
 (scipy's Spearman correlation of the gold scores and the pairwise cosine similarities), times 100.
 """
@@ -15,7 +19,7 @@ The score is the same statistic sentence-transformers' ``EmbeddingSimilarityEval
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
@@ -38,6 +42,7 @@ class StsPairs:
     sentences1: list[str]
     sentences2: list[str]
     scores: list[float]
+    sources: list[str] = field(default_factory=list)  # stsb: each pair's source (column 2); else empty
 
     def __len__(self) -> int:
         return len(self.scores)
@@ -107,6 +112,8 @@ def read_sts(path: str | Path, fmt: StsFormat | str | None = None, limit: int | 
         pairs.sentences1.append(s1)
         pairs.sentences2.append(s2)
         pairs.scores.append(float(score))
+        if kind is StsFormat.STSB:
+            pairs.sources.append(cells[1])
         if limit is not None and len(pairs) >= limit:
             break
     if len(pairs) < 2:
@@ -135,20 +142,45 @@ def pair_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(axis=1) / norms
 
 
-def score_pairs(
+def pair_similarities(
     encoder: SentenceEncoder, pairs: StsPairs, batch_size: int = 32, show_progress: bool = False
-) -> dict[str, float]:
-    """Embed each distinct sentence once; return Spearman and Pearson x100 of the cosines."""
+) -> np.ndarray:
+    """The cosine of each pair (n,), embedding each distinct sentence once."""
     texts = list(dict.fromkeys(pairs.sentences1 + pairs.sentences2))
     row = {t: i for i, t in enumerate(texts)}
     vectors = encoder.encode_texts(texts, batch_size=batch_size, show_progress=show_progress)
     first = vectors[[row[t] for t in pairs.sentences1]]  # (n, d)
     second = vectors[[row[t] for t in pairs.sentences2]]  # (n, d)
-    cosines = pair_cosines(first, second)
+    return pair_cosines(first, second)
+
+
+def score_pairs(
+    encoder: SentenceEncoder, pairs: StsPairs, batch_size: int = 32, show_progress: bool = False
+) -> dict[str, float]:
+    """Spearman and Pearson x100 of the pairs' cosines against their gold scores."""
+    cosines = pair_similarities(encoder, pairs, batch_size, show_progress)
     return {
         "spearman": 100 * spearman(pairs.scores, cosines),
         "pearson": 100 * pearson(pairs.scores, cosines),
     }
+
+
+def by_source(
+    pairs: StsPairs, cosines: np.ndarray, min_pairs: int = 3
+) -> dict[str, tuple[int, float, float]]:
+    """``{source: (pairs, Spearman x100, Pearson x100)}`` for each source with ``min_pairs`` or more pairs whose
+    gold scores differ (a correlation over one score is undefined); empty without sources."""
+    found: dict[str, tuple[int, float, float]] = {}
+    gold = np.asarray(pairs.scores)
+    for source in dict.fromkeys(pairs.sources):
+        rows = [i for i, s in enumerate(pairs.sources) if s == source]
+        if len(rows) >= min_pairs and len(set(gold[rows])) > 1:
+            found[source] = (
+                len(rows),
+                100 * spearman(gold[rows], cosines[rows]),
+                100 * pearson(gold[rows], cosines[rows]),
+            )
+    return found
 
 
 def evaluate_sts(
@@ -163,17 +195,23 @@ def evaluate_sts(
     if not paths:
         raise ValueError("sts needs at least one data file")
     started, start = utc_now(), time.perf_counter()
-    rows, figures = [], {}
+    rows, figures, source_rows = [], {}, []
     for path in paths:
         pairs = read_sts(path, fmt, limit)
-        scores = score_pairs(encoder, pairs, batch_size, show_progress)
-        rows.append([pairs.name, len(pairs), scores["spearman"], scores["pearson"]])
-        figures[f"{pairs.name}.spearman"] = scores["spearman"]
-        figures[f"{pairs.name}.pearson"] = scores["pearson"]
+        cosines = pair_similarities(encoder, pairs, batch_size, show_progress)
+        rho, r = 100 * spearman(pairs.scores, cosines), 100 * pearson(pairs.scores, cosines)
+        rows.append([pairs.name, len(pairs), rho, r])
+        figures[f"{pairs.name}.spearman"] = rho
+        figures[f"{pairs.name}.pearson"] = r
+        sources = by_source(pairs, cosines)
+        for source, (count, rho_s, r_s) in sources.items() if len(sources) > 1 else ():
+            figures[f"{pairs.name}[{source}].spearman"] = rho_s
+            source_rows.append([f"{pairs.name}[{source}]", count, rho_s, r_s])
     if len(rows) > 1:
         average = float(np.mean([r[2] for r in rows]))
         figures["avg.spearman"] = average
         rows.append(["avg", sum(r[1] for r in rows), average, float(np.mean([r[3] for r in rows]))])
+    rows.extend(source_rows)
     settings = {"format": None if fmt is None else StsFormat(fmt).value, "limit": limit}
     settings.update(encoder.settings() if hasattr(encoder, "settings") else {})
     return EvalResult(
