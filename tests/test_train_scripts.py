@@ -39,6 +39,12 @@ def test_prepared_data_keeps_the_heldout_sts_split_out_of_training(tmp_path):
     trained = texts | {p[k] for p in pairs for k in ("anchor", "positive", "negative")} | set(documents)
     assert held_sentences and not held_sentences & trained
     assert any(r[5] in texts for i, r in enumerate(rows) if i % 6)  # the other rows' sentences do train
+    # Scored pairs (supervised CoSENT): other rows' labels, no sentence of a held-out or dev row.
+    dev_sentences = {s for r in rows[:20] for s in (r[5], r[6])}  # tiny_shared's dev: the first 20 rows
+    scored = [json.loads(line) for line in (out / "sts_scored.jsonl").read_text().splitlines()]
+    labelled = {(r[5], r[6]): float(r[4]) for i, r in enumerate(rows) if i % 6}
+    assert scored and all(labelled[(p["text1"], p["text2"])] == p["score"] for p in scored)
+    assert not {p[k] for p in scored for k in ("text1", "text2")} & (held_sentences | dev_sentences)
     # One document per WikiText article after the held-out lines, paragraphs joined by line breaks.
     assert documents and all("\n" in d and not d.startswith("=") for d in documents)
     assert pairs and all(p["negative"] for p in pairs)
