@@ -6,8 +6,8 @@ news, forums) and years, and writes them unchanged (same tab-separated columns a
 ``sts-dev.csv``, so ``magnet eval sts`` reads it) to ``runs/data/sts-heldout.csv``.
 
 The scores of these rows are used for selection only, never as training labels, and their
-sentences must never be training text: ``scripts/prepare_training_data.py`` calls
-:func:`heldout_sentences` and drops them from every training file (STS-B sentences, SNLI
+sentences must never be training text: ``scripts/prepare_training_data.py`` takes
+:func:`row_sentences` of the held-out rows and drops them from every training file (STS-B sentences, SNLI
 premises and pairs), so the split stays unseen even where SNLI and STS-B share captions.
 
     python scripts/build_heldout_sts.py --shared ../shared/data --out runs/data/sts-heldout.csv
@@ -37,10 +37,9 @@ def split_rows(rows: list[list[str]], every: int = EVERY) -> tuple[list[list[str
     return held, rest
 
 
-def heldout_sentences(sts_train: Path, every: int = EVERY) -> set[str]:
-    """Both sentences of every held-out row, stripped."""
-    held, _ = split_rows(read_rows(sts_train), every)
-    return {s.strip() for r in held for s in (r[5], r[6])}
+def row_sentences(rows: list[list[str]]) -> set[str]:
+    """Both sentences of every row, stripped."""
+    return {s.strip() for r in rows for s in (r[5], r[6])}
 
 
 def write_halves(heldout: Path) -> tuple[Path, Path]:

@@ -43,7 +43,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_heldout_sts import EVERY, heldout_sentences, read_rows, split_rows  # noqa: E402
+from build_heldout_sts import EVERY, read_rows, row_sentences, split_rows  # noqa: E402
 
 _ARTICLE = re.compile(r"^ = [^=].* = $")  # a top-level WikiText heading: one '=' on each side
 # A sentence ends at " . " (or ! ?) before a capital, a digit, an opening quote or bracket, or <unk>.
@@ -123,11 +123,6 @@ def write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def dev_sentences(sts_dev: Path) -> set[str]:
-    """Both sentences of every STS-B dev row, stripped."""
-    return {s.strip() for r in read_rows(sts_dev) for s in (r[5], r[6])}
-
-
 def scored_pairs(rows: list[list[str]], excluded: set[str]) -> list[dict[str, object]]:
     """STS-B rows as ``{"text1", "text2", "score"}``, leaving out every row with a sentence in ``excluded``."""
     return [
@@ -159,7 +154,8 @@ def main() -> None:
     args = parser.parse_args()
 
     sts_train = args.shared / "stsb" / "sts-train.csv"
-    held = heldout_sentences(sts_train)
+    heldout_rows, rest_rows = split_rows(read_rows(sts_train), EVERY)
+    held = row_sentences(heldout_rows)
     wiki = args.shared / "wikitext2" / "wiki.valid.tokens"
     premises, pairs = snli_triples(args.shared / "snli", held)
     texts = (
@@ -170,8 +166,7 @@ def main() -> None:
     unique = [t for t in dict.fromkeys(t for t in texts if t) if t not in held]
     documents = wikitext_articles(wiki, args.holdout_lines, plain=not args.wikitext_tokens)
     prefixes = wikitext_paragraphs(wiki, 40, 0, args.holdout_lines)[: args.eval_prefixes]
-    heldout_rows, rest_rows = split_rows(read_rows(sts_train), EVERY)
-    scored = scored_pairs(rest_rows, held | dev_sentences(args.shared / "stsb" / "sts-dev.csv"))
+    scored = scored_pairs(rest_rows, held | row_sentences(read_rows(args.shared / "stsb" / "sts-dev.csv")))
 
     args.out.mkdir(parents=True, exist_ok=True)
     write(args.out / "text.txt", "\n".join(unique) + "\n")

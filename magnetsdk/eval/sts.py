@@ -134,6 +134,11 @@ def pearson(gold: list[float] | np.ndarray, predicted: list[float] | np.ndarray)
     return float(pearsonr(gold, predicted).statistic)
 
 
+def correlations(gold, predicted) -> tuple[float, float]:
+    """(Spearman x100, Pearson x100) of ``predicted`` against ``gold``."""
+    return 100 * spearman(gold, predicted), 100 * pearson(gold, predicted)
+
+
 def pair_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Cosine similarity of each row of ``a`` (n, d) with the same row of ``b``; returns (n,)."""
     a = a.astype(np.float64)
@@ -158,11 +163,8 @@ def score_pairs(
     encoder: SentenceEncoder, pairs: StsPairs, batch_size: int = 32, show_progress: bool = False
 ) -> dict[str, float]:
     """Spearman and Pearson x100 of the pairs' cosines against their gold scores."""
-    cosines = pair_similarities(encoder, pairs, batch_size, show_progress)
-    return {
-        "spearman": 100 * spearman(pairs.scores, cosines),
-        "pearson": 100 * pearson(pairs.scores, cosines),
-    }
+    rho, r = correlations(pairs.scores, pair_similarities(encoder, pairs, batch_size, show_progress))
+    return {"spearman": rho, "pearson": r}
 
 
 def by_source(
@@ -175,11 +177,7 @@ def by_source(
     for source in dict.fromkeys(pairs.sources):
         rows = [i for i, s in enumerate(pairs.sources) if s == source]
         if len(rows) >= min_pairs and len(set(gold[rows])) > 1:
-            found[source] = (
-                len(rows),
-                100 * spearman(gold[rows], cosines[rows]),
-                100 * pearson(gold[rows], cosines[rows]),
-            )
+            found[source] = (len(rows), *correlations(gold[rows], cosines[rows]))
     return found
 
 
@@ -199,7 +197,7 @@ def evaluate_sts(
     for path in paths:
         pairs = read_sts(path, fmt, limit)
         cosines = pair_similarities(encoder, pairs, batch_size, show_progress)
-        rho, r = 100 * spearman(pairs.scores, cosines), 100 * pearson(pairs.scores, cosines)
+        rho, r = correlations(pairs.scores, cosines)
         rows.append([pairs.name, len(pairs), rho, r])
         figures[f"{pairs.name}.spearman"] = rho
         figures[f"{pairs.name}.pearson"] = r
