@@ -6,10 +6,17 @@ the tokenizer, their rows of the (tied) embedding matrix are random and must tra
 ``trainable_token_indices`` trains and saves just those rows, tied to the LM head. SmolLM2 reuses
 reserved tokens, so nothing is added there.
 
+A run may start from an exported adapter's LoRA weights instead of a fresh LoRA
+(:func:`load_initial_adapter`, ``TrainConfig.init_adapter``): a continued run that needs no
+checkpoint, e.g. on a machine whose ``runs/`` is gone.
+
 It knows nothing about data or losses.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import torch
 from magnetsdk.train.config import TrainConfig
@@ -44,3 +51,59 @@ def make_trainable(model: torch.nn.Module, config: TrainConfig, new_token_ids: l
 
 def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
     return {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+
+def load_initial_adapter(trained: torch.nn.Module, config: TrainConfig) -> dict[str, str]:
+    """Copy the LoRA weights of ``config.init_adapter`` into ``trained`` (a fresh peft model).
+
+    The adapter must sit on this run's base model and have its rank, alpha and target modules;
+    anything else is an error that says which setting differs. Returns what the model card
+    records: the adapter's directory and the hash of its weights.
+    """
+    from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from magnetsdk.loading import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_sha256, resolve
+
+    source = config.init_adapter
+    resolved = resolve(source)
+    directory = resolved.adapter
+    if directory is None or not (directory / ADAPTER_WEIGHTS).is_file():
+        raise ValueError(
+            f"init_adapter={source!r} holds no LoRA adapter ({ADAPTER_WEIGHTS}); name an exported "
+            "adapter directory (a run's output_dir) or a model that carries one, such as 'default'"
+        )
+    base = resolve(config.base_model)
+    if Path(resolved.base).resolve() != Path(base.base).resolve():
+        raise ValueError(
+            f"init_adapter={source!r} was trained on {resolved.base}, but this run's base_model "
+            f"{config.base_model!r} is {base.base}; set base_model to the adapter's base"
+        )
+    saved = json.loads((directory / ADAPTER_CONFIG).read_text())
+    lora = trained.peft_config["default"]
+    wanted = {
+        "r": (saved.get("r"), config.lora_r),
+        "lora_alpha": (saved.get("lora_alpha"), config.lora_alpha),
+        "target_modules": (sorted(saved.get("target_modules") or []), sorted(lora.target_modules or [])),
+        # the rows of layout tokens added to the tokenizer (the same base adds the same ones)
+        "trainable_token_indices": (saved.get("trainable_token_indices"), lora.trainable_token_indices),
+    }
+    differ = [
+        f"{name} {theirs} (this run: {ours})" for name, (theirs, ours) in wanted.items() if theirs != ours
+    ]
+    if differ:
+        raise ValueError(
+            f"init_adapter={source!r} does not fit this run's LoRA: "
+            + "; ".join(differ)
+            + ". Set lora_r, lora_alpha and lora_target_modules to the adapter's"
+        )
+    weights = load_file(directory / ADAPTER_WEIGHTS)
+    expected = set(get_peft_model_state_dict(trained))  # what saving this model would write
+    missing, extra = sorted(expected - set(weights)), sorted(set(weights) - expected)
+    if missing or extra:
+        raise ValueError(
+            f"init_adapter={source!r}: its weights do not fit this model (missing: {missing[:3]}, "
+            f"not in this model: {extra[:3]}); start from an adapter trained on this base"
+        )
+    set_peft_model_state_dict(trained, weights)
+    return {"path": str(directory), "sha256": adapter_sha256(directory)}

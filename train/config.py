@@ -68,6 +68,11 @@ class TrainConfig:
     # A name or directory Magnet.from_pretrained accepts; training starts from its base weights.
     # "default-base" is the embedded base alone ("default" would name base + shipped adapter).
     base_model: str = "default-base"
+    # Start from the LoRA weights of an exported adapter (its directory, or a name that carries
+    # one: "default" is the shipped adapter) instead of a fresh LoRA. Its base model must be
+    # base_model and its rank, alpha and target modules this run's; the optimizer and the step
+    # count start fresh (a checkpoint found by --resume wins over it).
+    init_adapter: str | None = None
     data: list[str] = field(default_factory=list)  # .txt / .jsonl / .csv / .tsv text files
     pairs: list[str] = field(default_factory=list)  # .jsonl / .tsv positive pairs
     # Running text for the next-token examples: one document per text (a .txt line, a .jsonl
@@ -236,6 +241,7 @@ class TrainConfig:
             )
         self._check_scored()
         self._check_kl()
+        self._check_init_adapter()
         for name in (
             "no_context_fraction",
             "input_mask_probability",
@@ -314,6 +320,13 @@ class TrainConfig:
         if self.scored_pairs and self.scored_batch_size < 2:
             raise ValueError(
                 f"scored_batch_size={self.scored_batch_size}: CoSENT compares pairs with each other; use at least 2"
+            )
+
+    def _check_init_adapter(self) -> None:
+        if self.init_adapter and self.full_finetune:
+            raise ValueError(
+                f"init_adapter={self.init_adapter!r} starts LoRA from an adapter's weights; a full fine-tune "
+                "has no adapter: drop init_adapter, or set full_finetune=false"
             )
 
     def _check_kl(self) -> None:

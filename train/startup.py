@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from magnetsdk.train.adaptation import make_trainable, trainable_parameters
+from magnetsdk.train.adaptation import load_initial_adapter, make_trainable, trainable_parameters
 from magnetsdk.train.batches import Batches
 from magnetsdk.train.checkpoint import (
     CheckpointError,
@@ -186,6 +186,9 @@ class RunSetup:
         # initialisation must be the same either way, and on every process.
         seed_everything(self.config.seed)
         self.trained = make_trainable(model.to(self.home), self.config, self.new_ids)
+        self.init_adapter = (
+            load_initial_adapter(self.trained, self.config) if self.config.init_adapter else None
+        )
         if not trainable_parameters(self.trained):
             raise ValueError("nothing to train: the model has no trainable parameters")
 

@@ -299,6 +299,7 @@ class _Run(RunSetup):
             "tokens_per_s": round(result.tokens_per_s, 1),
             "data": config.data,
             "pairs": config.pairs,
+            "init_adapter": self.init_adapter,  # the adapter step 0 started from (path, sha256), if any
             "config": config.to_dict(),
             "versions": {d: version(d) for d in ("magnetsdk", "torch", "transformers", "peft", "accelerate")},
         }
