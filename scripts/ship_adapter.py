@@ -159,6 +159,14 @@ def _segment_seconds(steps: list[dict]) -> list[float]:
     return [*segments, previous or 0.0]
 
 
+def _shown(path: str) -> str:
+    """A path as the repository names it (relative to the working directory) when it is inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
+
+
 def model_card(run: Path, command: str, adapter_prefix: Path, base_prefix: Path, size: int) -> str:
     config = json.loads((run / "train_config.json").read_text(encoding="utf-8"))
     summary = run_summary(run)
@@ -167,6 +175,27 @@ def model_card(run: Path, command: str, adapter_prefix: Path, base_prefix: Path,
             "temperature", "mntp_weight", "sscl_weight", "msg_weight", "no_context_fraction",
             "mntp_fraction", "kl_weight", "infill_layout", "mixed_precision", "seed")  # fmt: skip
     settings = "\n".join(f"| {k} | {config.get(k)} |" for k in keys if k in config)
+    if config.get("scored_pairs"):
+        settings += (
+            f"\n| scored_pairs | {', '.join(config['scored_pairs'])} |"
+            f"\n| scored_weight | {config.get('scored_weight')} |"
+        )
+    sts_train = (
+        "STS-B train pairs except the held-out rows and any pair sharing a sentence with them or with "
+        "STS-B dev, with their scores (CoSENT, `scored_pairs`)"
+        if config.get("scored_pairs")
+        else "STS-B train sentences except the held-out rows (scores unused)"
+    )
+    started = json.loads((run / "magnet_config.json").read_text(encoding="utf-8"))["training"].get(
+        "init_adapter"
+    )
+    origin = (
+        f"\nThis run started from the weights of the adapter in `{_shown(started['path'])}` "
+        f"(`--init-adapter`, weights sha256 `{started['sha256'][:16]}`); the steps, tokens and time below "
+        "are this run's alone, the notes give the whole history.\n"
+        if started
+        else ""
+    )
     return f"""# magnetsdk default adapter (SmolLM2-135M-Instruct, MAGNET recipe)
 
 A LoRA adapter that turns SmolLM2-135M-Instruct (Apache-2.0) into one model that embeds
@@ -191,8 +220,7 @@ Data (`scripts/prepare_training_data.py --holdout-lines 1000`; nothing downloade
 below say which form of WikiText each part of the run read): WikiText-2
 valid paragraphs after line 1000 (lines 1-1000 are held out: the infill, perplexity, repetition
 and retrieval evaluations read them) as missing-span and MNTP texts and, whole articles with EOS
-only at an article's end, as next-token documents; STS-B train sentences except the held-out
-rows (scores unused); SNLI dev and test premises. SSCL positives: SNLI entailment pairs with the
+only at an article's end, as next-token documents; {sts_train}; SNLI dev and test premises. SSCL positives: SNLI entailment pairs with the
 contradiction as a hard negative, plus inverse-cloze pairs from the WikiText paragraphs
 (`ict_share`). STS-B dev and the held-out STS rows never train.
 
@@ -200,6 +228,7 @@ contradiction as a hard negative, plus inverse-cloze pairs from the WikiText par
 |---|---|
 {settings}
 
+{origin}
 Steps: {summary["steps"]}. Tokens: {summary["tokens"]:,}. Wall time: {float(summary["wall_s"]) / 60:.0f} min.
 Final losses: {summary["final_losses"]}.
 
