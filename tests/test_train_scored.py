@@ -139,6 +139,23 @@ def served_and_trained_losses(model_dir, pairs=PAIRS) -> tuple[float, float]:
     return served, trained
 
 
+def test_scored_pairs_alone_with_no_room_after_the_instruction_are_refused(
+    tmp_path, train_config, base_dir, data_file
+):
+    config = train_config(
+        tmp_path,
+        base_dir,
+        data_file,
+        scored_pairs=[write_scored(tmp_path / "s.jsonl")],
+        sscl_max_length=8,  # the tiny tokenizer spends more than that on the instruction
+        mntp_weight=0.0,
+        sscl_weight=0.0,
+        msg_weight=0.0,
+    )
+    with pytest.raises(ValueError, match="sscl_max_length=8 leaves almost no room"):
+        train(config)
+
+
 def test_training_on_scored_pairs_alone_orders_their_cosines(tmp_path, train_config, base_dir, data_file):
     scored = write_scored(tmp_path / "s.jsonl")
     config = train_config(

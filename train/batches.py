@@ -150,7 +150,7 @@ class Batches:
                 global_batch, config.bucket_batches, config.seed + 3, lambda p: len(self._lm_item(p)[0])
             )
         self.views: PositiveViews | None = None
-        if config.uses_sscl:
+        if config.trains_embeddings:  # SSCL views and scored pairs are both read after the instruction
             from magnetsdk.encoding import prepare  # the encoder's own input builder
 
             try:
@@ -160,6 +160,7 @@ class Batches:
                     f"sscl_max_length={config.sscl_max_length} leaves almost no room for text after the "
                     "instruction prefix; raise --sscl-max-length or shorten --instruction"
                 ) from None
+        if config.uses_sscl:
             self.views = mix_in_ict(self._positive_views(texts, pairs, model), texts, config)
             if self.views.size < max(global_batch, 2):
                 raise DataError(
