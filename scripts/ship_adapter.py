@@ -190,9 +190,9 @@ def model_card(run: Path, command: str, adapter_prefix: Path, base_prefix: Path,
         "init_adapter"
     )
     origin = (
-        f"\nThis run started from the weights of the adapter in `{_shown(started['path'])}` "
+        f"This run started from the weights of the adapter in `{_shown(started['path'])}` "
         f"(`--init-adapter`, weights sha256 `{started['sha256'][:16]}`); the steps, tokens and time below "
-        "are this run's alone, the notes give the whole history.\n"
+        "are this run's alone, the notes give the whole history.\n\n"
         if started
         else ""
     )
@@ -228,8 +228,7 @@ contradiction as a hard negative, plus inverse-cloze pairs from the WikiText par
 |---|---|
 {settings}
 
-{origin}
-Steps: {summary["steps"]}. Tokens: {summary["tokens"]:,}. Wall time: {float(summary["wall_s"]) / 60:.0f} min.
+{origin}Steps: {summary["steps"]}. Tokens: {summary["tokens"]:,}. Wall time: {float(summary["wall_s"]) / 60:.0f} min.
 Final losses: {summary["final_losses"]}.
 
 ## Scores
