@@ -17,7 +17,14 @@ from typing import Any
 
 import click
 from magnetsdk.cli.errors import fail
-from magnetsdk.cli.options import candidates_option, line_breaks_option, model_options, open_magnet
+from magnetsdk.cli.options import (
+    candidates_option,
+    copy_guard_option,
+    line_breaks_option,
+    model_options,
+    no_repeat_ngram_option,
+    open_magnet,
+)
 from magnetsdk.cli.output import emit, format_option
 
 from magnetsdk.layout import INFILL_LAYOUTS
@@ -296,6 +303,8 @@ def repetition(
     "Fill the --generate gaps by ranking this many candidates (Magnet.infill(candidates=N), seed 0)."
 )
 @line_breaks_option
+@no_repeat_ngram_option
+@copy_guard_option
 @_common
 def infill(
     file,
@@ -305,6 +314,8 @@ def infill(
     layouts,
     candidates,
     line_breaks,
+    no_repeat_ngram,
+    copy_guard,
     limit,
     output,
     fmt,
@@ -333,6 +344,8 @@ def infill(
             layouts=names,
             candidates=candidates,
             line_breaks=line_breaks,
+            no_repeat_ngram=no_repeat_ngram,
+            copy_guard=copy_guard,
         ),
     )
 

@@ -56,6 +56,26 @@ def line_breaks_option(command: Callable) -> Callable:
     )(command)
 
 
+def no_repeat_ngram_option(command: Callable) -> Callable:
+    """``--no-repeat-ngram N``: the fills' loop guard (``Magnet.infill(no_repeat_ngram=...)``); default: the SDK's."""
+    return click.option(
+        "--no-repeat-ngram",
+        default=None,
+        type=click.IntRange(min=0),
+        help="No fill repeats a run of this many of its own tokens (0: off) [default: Magnet.infill's].",
+    )(command)
+
+
+def copy_guard_option(command: Callable) -> Callable:
+    """``--copy-guard N``: no fill holds a run of N tokens of its text (``Magnet.infill(copy_guard=...)``)."""
+    return click.option(
+        "--copy-guard",
+        default=None,
+        type=click.IntRange(min=0),
+        help="No fill holds a run of this many tokens of its own text (0: off) [default: Magnet.infill's].",
+    )(command)
+
+
 def check_device(device: str) -> None:
     """Refuse a device that does not exist here before anything is loaded."""
     from magnetsdk.loading import pick_device

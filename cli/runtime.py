@@ -7,7 +7,14 @@ from pathlib import Path
 import click
 from magnetsdk.cli.errors import fail
 from magnetsdk.cli.inputs import gather_texts
-from magnetsdk.cli.options import candidates_option, line_breaks_option, model_options, open_magnet
+from magnetsdk.cli.options import (
+    candidates_option,
+    copy_guard_option,
+    line_breaks_option,
+    model_options,
+    no_repeat_ngram_option,
+    open_magnet,
+)
 from magnetsdk.cli.output import emit, format_option, print_fields, print_table
 
 _INPUT = click.option(
@@ -113,6 +120,8 @@ def encode(
     "Rank this many fills (the decoded one and the rest sampled) by the filled text's likelihood."
 )
 @line_breaks_option
+@no_repeat_ngram_option
+@copy_guard_option
 @_FORMAT
 def infill(
     texts,
@@ -130,6 +139,8 @@ def infill(
     seed,
     candidates,
     line_breaks,
+    no_repeat_ngram,
+    copy_guard,
     fmt,
 ):
     """Fill the gaps marked in each text (default marker: [GAP]) using both sides."""
@@ -150,9 +161,14 @@ def infill(
             seed=seed,
             candidates=candidates,
             line_breaks=line_breaks,
+            **({} if no_repeat_ngram is None else {"no_repeat_ngram": no_repeat_ngram}),
+            **({} if copy_guard is None else {"copy_guard": copy_guard}),
         )
     except (TypeError, ValueError) as error:
-        raise fail(error, {"gap_marker": "--marker"}) from None
+        raise fail(
+            error,
+            {"gap_marker": "--marker", "no_repeat_ngram": "--no-repeat-ngram", "copy_guard": "--copy-guard"},
+        ) from None
     records = [{"input": t, "text": r.text, "spans": r.spans} for t, r in zip(items, results, strict=True)]
     emit(
         records,

@@ -41,6 +41,15 @@ def check_decoding(max_new_tokens: int, temperature: float, top_p: float) -> Non
         raise ValueError(f"top_p={top_p!r} must be in (0, 1]")
 
 
+def check_run_length(size: int, name: str = "no_repeat_ngram") -> None:
+    """The check of a guard's run length: 0 (off) or at least 2 tokens."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0 or size == 1:
+        raise ValueError(
+            f"{name}={size!r} must be 0 (off) or an integer of at least 2: the length in tokens "
+            "of a run that may not occur twice (1 would forbid every token already used)"
+        )
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How the next token is picked: greedy when ``temperature == 0``, else nucleus sampling."""
@@ -51,12 +60,16 @@ class Sampling:
     # positive, multiplied when negative. 1.0 disables it.
     repetition_penalty: float = 1.0
     seed: int | None = None
+    # A token that would make the row's history end with an n-gram of this many tokens it already
+    # holds is never chosen (a loop guard); 0 disables it.
+    no_repeat_ngram: int = 0
 
     def __post_init__(self) -> None:
         check_decoding(1, self.temperature, self.top_p)
         penalty = self.repetition_penalty
         if not isinstance(penalty, (int, float)) or math.isnan(penalty) or penalty <= 0:
             raise ValueError(f"repetition_penalty={penalty!r} must be > 0 (1.0 disables it)")
+        check_run_length(self.no_repeat_ngram)
 
     @property
     def greedy(self) -> bool:
@@ -96,13 +109,32 @@ def penalise_repeats(logits: torch.Tensor, histories: Sequence[Sequence[int]], p
         logits[row, seen] = torch.where(values > 0, values / penalty, values * penalty)
 
 
+def ban_repeated_ngrams(logits: torch.Tensor, histories: Sequence[Sequence[int]], size: int) -> None:
+    """Forbid in place, per row, every token that would complete a ``size``-token run its history
+    already holds: the tokens that followed each earlier occurrence of the history's last ``size - 1``."""
+    if size == 0:
+        return
+    for row, history in enumerate(histories):
+        if len(history) < size:
+            continue
+        tokens = list(history)
+        tail = tokens[len(tokens) - size + 1 :]
+        repeats = {
+            tokens[start + size - 1]
+            for start in range(len(tokens) - size + 1)
+            if tokens[start : start + size - 1] == tail
+        }
+        if repeats:
+            logits[row, torch.tensor(sorted(repeats), device=logits.device)] = float("-inf")
+
+
 class Program(Protocol):
     """What one row does with the model's choices."""
 
     done: bool
 
     def history(self) -> Sequence[int]:
-        """The tokens the repetition penalty counts as already used."""
+        """The tokens the repetition penalty and the n-gram guard count as already used."""
         ...
 
     def suppressed(self) -> Sequence[int]:
@@ -246,7 +278,9 @@ def decode(
         for row, program in enumerate(programs):
             if not program.done and (held := program.suppressed()):
                 logits[row, torch.tensor(list(held), device=device)] = float("-inf")
-        penalise_repeats(logits, [p.history() for p in programs], sampling.repetition_penalty)
+        histories = [p.history() for p in programs]
+        penalise_repeats(logits, histories, sampling.repetition_penalty)
+        ban_repeated_ngrams(logits, histories, sampling.no_repeat_ngram)
         if step_logits is not None:
             step_logits.append(logits.detach().cpu())
         chosen = pick_tokens(logits, sampling, generators).tolist()

@@ -169,7 +169,7 @@ def candidate_sampling(
             "candidate_temperature=0 would make every candidate the greedy fill; "
             "give a temperature above 0 (e.g. 0.8) or candidates=1"
         )
-    return Sampling(temperature, top_p, sampling.repetition_penalty, sampling.seed)
+    return Sampling(temperature, top_p, sampling.repetition_penalty, sampling.seed, sampling.no_repeat_ngram)
 
 
 # A span's final punctuation, and the marks after which a shorter span may end (a clause boundary).
@@ -252,6 +252,10 @@ class SpanProgram:
     max_new_tokens: int
     stop_ids: frozenset[int]
     held_back: frozenset[int] = frozenset()  # tokens no span of this text may hold (line breaks)
+    # The copy guard: each run of ``copy_guard - 1`` context tokens -> the tokens that follow it
+    # there; a span may not pick one of those after the same run (see :func:`context_runs`).
+    copy_guard: int = 0
+    context_next: dict[tuple[int, ...], frozenset[int]] = field(default_factory=dict)
     spans: list[list[int]] = field(default_factory=list)
     current: list[int] = field(default_factory=list)
     force: int | None = None  # the SPAN that opens the next gap, decided last step
@@ -266,7 +270,11 @@ class SpanProgram:
         # close every span after a full stop at once).
         if self.force is not None:
             return ()
-        return sorted(self.held_back | self.stop_ids) if not self.current else sorted(self.held_back)
+        held = self.held_back if self.current else self.held_back | self.stop_ids
+        if self.copy_guard and len(self.current) >= self.copy_guard - 1:
+            run = tuple(self.current[len(self.current) - self.copy_guard + 1 :])
+            held = held | self.context_next.get(run, frozenset())
+        return sorted(held)
 
     def advance(self, choice: int) -> int | None:
         if self.done:
@@ -287,6 +295,18 @@ class SpanProgram:
         return self.tokens.end_id
 
 
+def context_runs(segments: Sequence[Sequence[int]], size: int) -> dict[tuple[int, ...], frozenset[int]]:
+    """Each run of ``size - 1`` tokens inside one context segment -> the tokens that follow it there.
+
+    A span that has just written such a run may not write one of those tokens next, so no span
+    holds a ``size``-token run of its text's context (the copy guard)."""
+    found: dict[tuple[int, ...], set[int]] = {}
+    for segment in segments:
+        for start in range(len(segment) - size + 1):
+            found.setdefault(tuple(segment[start : start + size - 1]), set()).add(segment[start + size - 1])
+    return {run: frozenset(after) for run, after in found.items()}
+
+
 def decode_spans(
     model: torch.nn.Module,
     contexts: list[list[list[int]]],
@@ -301,12 +321,14 @@ def decode_spans(
     first_row: int = 0,
     step_logits: list[torch.Tensor] | None = None,
     held_back: Sequence[frozenset[int]] | None = None,
+    copy_guard: int = 0,
 ) -> list[list[list[int]]]:
     """Decode the spans of a batch of texts; ``contexts[i]`` is text ``i``'s token segments.
 
     Returns, per text, the token ids of each span (END excluded). A span is closed after
     ``max_new_tokens`` tokens if the model has not closed it. ``held_back[i]``, when given, are
-    tokens text ``i``'s spans may not hold (see :func:`line_break_ids`). ``step_logits``, when
+    tokens text ``i``'s spans may not hold (see :func:`line_break_ids`). ``copy_guard=N`` (0: off)
+    keeps every span from holding a run of N tokens of its text's context. ``step_logits``, when
     given, collects the logits of every step (for equivalence tests).
     """
     if held_back is not None and len(held_back) != len(contexts):
@@ -318,7 +340,16 @@ def decode_spans(
         prompts.append(Prompt(laid.input_ids, laid.is_span))
     stop_ids = frozenset({tokens.end_id} | ({eos_id} if eos_id is not None else set()))
     programs = [
-        SpanProgram(len(segments) - 1, tokens, layout, max_new_tokens, stop_ids, held)
+        SpanProgram(
+            len(segments) - 1,
+            tokens,
+            layout,
+            max_new_tokens,
+            stop_ids,
+            held,
+            copy_guard,
+            context_runs(segments, copy_guard) if copy_guard else {},
+        )
         for segments, held in zip(contexts, held_back or [frozenset()] * len(contexts), strict=True)
     ]
     decode(

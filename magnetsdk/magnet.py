@@ -33,7 +33,7 @@ from magnetsdk.checks import (
 )
 from magnetsdk.config import MagnetConfig, Pooling, choice
 from magnetsdk.context_cache import ContextCache
-from magnetsdk.decoding import Sampling, check_decoding
+from magnetsdk.decoding import Sampling, check_decoding, check_run_length
 from magnetsdk.encoding import embed, fit_embeddings, pad_id, prepare, special_prefix
 from magnetsdk.forward import lm_head
 from magnetsdk.generation import GenerationSettings, generate_texts
@@ -372,6 +372,8 @@ class Magnet:
         batch_size: int = 8,
         use_cache: bool = True,
         repetition_penalty: float = 1.0,
+        no_repeat_ngram: int = 0,
+        copy_guard: int = 0,
         layout: InfillLayout | str | None = None,
         candidates: int = 1,
         candidate_temperature: float = 0.8,
@@ -392,6 +394,10 @@ class Magnet:
         candidate ``k`` (1..N-1) of the call's text ``i`` is seeded ``seed + i * (N - 1) + k - 1``,
         so a seeded call is reproducible; unseeded, the candidates differ from call to call.
 
+        ``no_repeat_ngram=N`` (N >= 2; 0 is off) is a loop guard: no span repeats a run of N of
+        the span tokens decoded so far. ``copy_guard=N`` (N >= 2; 0 is off) keeps every span from
+        holding a run of N tokens of its own text (either side of any gap).
+
         ``line_breaks``: ``"auto"`` lets a text's fills break a line only when the text holds a line
         break itself (a gap inside a line is filled within it); ``"allow"`` always, ``"forbid"`` never.
         """
@@ -406,7 +412,8 @@ class Magnet:
             texts = check_texts(text, "text")
         check_temperature(temperature)
         check_decoding(max_new_tokens, temperature, top_p)
-        sampling = Sampling(temperature, top_p, repetition_penalty, seed)
+        sampling = Sampling(temperature, top_p, repetition_penalty, seed, no_repeat_ngram)
+        check_run_length(copy_guard, "copy_guard")
         ranking = candidate_sampling(candidates, candidate_temperature, candidate_top_p, sampling)
         chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
         pieces, spaces = zip(*(move_spaces_into_gaps(split_gaps(t, gap_marker)) for t in texts), strict=True)
@@ -431,6 +438,7 @@ class Magnet:
                     eos_id=self.tokenizer.eos_token_id,
                     first_row=first + at,
                     held_back=kept[at : at + batch_size],
+                    copy_guard=copy_guard,
                 )
             return found
 

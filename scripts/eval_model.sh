@@ -7,7 +7,8 @@
 #   bash scripts/eval_model.sh long --model runs/default-long
 #   TASKS="sts-dev infill-dev" bash scripts/eval_model.sh long --model runs/default-long
 #
-# Selection reads only sts-dev, infill-dev and (scripts/sscl_sweep.sh) the even rows of sts-heldout;
+# Selection reads only sts-dev, infill-dev (or infill-dev-all: every item lines 1-500 give, all
+# filled; build_infill_set.py --items 500 --lines 1-500) and (scripts/sscl_sweep.sh) the even rows of sts-heldout;
 # sts-heldout (every 6th STS-B train row), its odd rows sts-heldout-report, infill-test
 # (wiki.valid lines 501-1000) and the retrieval set (lines 1-500) are reported, never selected on.
 # Data: runs/data from scripts/train_default.sh (prepare_training_data.py --holdout-lines 1000),
@@ -37,7 +38,9 @@ for task in $TASKS; do
     repetition) args=("${repetition[@]}") ;;
     repetition-full) args=("${repetition[@]}" --full-length) ;;
     infill-dev) args=(infill runs/data/infill-dev.jsonl "${infill[@]}") ;;
+    infill-dev-all) args=(infill runs/data/infill-dev-all.jsonl "${infill[@]}" --generate 1000) ;;  # all 149 greedy
     infill-test) args=(infill runs/data/infill-test.jsonl "${infill[@]}") ;;
+    infill-test-all) args=(infill runs/data/infill-test.jsonl "${infill[@]}" --generate 1000) ;;  # all 144 greedy
     infill-test-ranked) args=(infill runs/data/infill-test.jsonl "${infill[@]}" --candidates 8) ;;
     *) echo "unknown task $task" >&2; exit 2 ;;
   esac

@@ -2,6 +2,7 @@
 # Train the default recipe far longer on one CUDA device, then evaluate it; ~12 minutes on an H200.
 #
 #   bash scripts/gpu_train.sh                       # configs/train-gpu.toml -> runs/gpu/
+#   SCORED=0 bash scripts/gpu_train.sh              # the same without CoSENT on STS-B train labels
 #   DEVICE=cpu STEPS=2 BASE=DIR bash scripts/gpu_train.sh   # the CPU check (tests/test_train_gpu_script.py)
 #
 # Writes runs/gpu/adapter/ (the adapter; Magnet.from_pretrained loads it), runs/gpu/eval/*.json
@@ -32,7 +33,8 @@ started=$(date +%s)
 
 train=(train --config "$CONFIG" --output-dir "$OUT/adapter" --device "$DEVICE" --resume
   --data "$DATA/text.txt" --documents "$DATA/documents.jsonl" --pairs "$DATA/snli_pairs.jsonl"
-  --eval-prefixes "$DATA/eval_prefixes.txt")
+  --eval-prefixes "$DATA/eval_prefixes.txt" --scored-pairs "$DATA/sts_scored.jsonl")
+[[ "${SCORED:-1}" == 0 ]] && train+=(--scored-weight 0)  # without STS-B train labels
 [[ -n "${STEPS:-}" ]] && train+=(--max-steps "$STEPS")
 [[ -n "${BASE:-}" ]] && train+=(--base-model "$BASE")
 [[ -n "${TRAIN_ARGS:-}" ]] && read -r -a extra <<< "$TRAIN_ARGS" && train+=("${extra[@]}")

@@ -84,6 +84,12 @@ def test_infill_generate_info(model_dir):
     assert kept.exit_code == 0 and "\n" not in json.loads(kept.stdout)["spans"][0]
     wrong = run("infill", "--model", model_dir, "--line-breaks", "never", "A [GAP].")
     assert wrong.exit_code == 2 and "'never' is not one of 'auto', 'allow', 'forbid'" in wrong.output
+    guarded = run(
+        "infill", "--model", model_dir, "--max-new-tokens", "3", "--no-repeat-ngram", "2", "A [GAP]."
+    )
+    assert guarded.exit_code == 0 and json.loads(guarded.stdout)["text"].startswith("A ")
+    one = run("infill", "--model", model_dir, "--no-repeat-ngram", "1", "A [GAP].")
+    assert one.exit_code == 1 and "--no-repeat-ngram" in one.output and "at least 2" in one.output
 
     generated = run("generate", "--model", model_dir, "--max-new-tokens", "4", "--temperature", "0", "Once")
     assert generated.exit_code == 0 and json.loads(generated.stdout)["prompt"] == "Once"

@@ -68,6 +68,11 @@ def run(*args: str):
             "nucleus.implausible",
         ),
         ("infill", ["items.jsonl", "--generate", "1", "--max-new-tokens", "3"], "ppl_both_sides"),
+        (
+            "infill",
+            ["items.jsonl", "--generate", "2", "--max-new-tokens", "6", "--no-repeat-ngram", "2"],
+            "copy_rate",
+        ),
         ("probe", ["train.conll", "train.conll"], "accuracy"),
         ("dependence", ["texts.txt", "--min-tokens", "4"], "bidirectional.after"),
         ("lm", ["texts.txt", "--context", "16"], "ppl"),
@@ -82,6 +87,8 @@ def test_each_task_writes_a_result_and_prints_its_table(model_dir, data, tmp_pat
     assert stored.task == task and figure in stored.figures
     assert stored.model["model"] and stored.data[0]["sha256"] and stored.settings["limit"] == 3
     assert stored.table().splitlines()[0] in result.stdout
+    if "--no-repeat-ngram" in arguments:
+        assert stored.settings["no_repeat_ngram"] == 2
 
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl"])

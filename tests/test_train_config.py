@@ -119,3 +119,16 @@ def test_the_cli_builds_its_train_flags_without_importing_torch():
     code = "import sys, magnetsdk.cli.train; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_auto_precision_is_bf16_only_where_bf16_is_native():
+    from magnetsdk.train.config import MixedPrecision
+    from magnetsdk.train.startup import pick_mixed_precision
+
+    auto, no, bf16 = MixedPrecision.AUTO, MixedPrecision.NO, MixedPrecision.BF16
+    assert pick_mixed_precision(auto, use_cpu=False, native_bf16=False) is bf16  # a GPU
+    assert pick_mixed_precision(auto, use_cpu=True, native_bf16=True) is bf16  # AVX512-BF16 / AMX
+    assert pick_mixed_precision(auto, use_cpu=True, native_bf16=False) is no  # emulated bf16: fp32
+    assert pick_mixed_precision(no, use_cpu=False, native_bf16=False) is no  # explicit wins
+    with pytest.warns(UserWarning, match="without native bf16.*'auto'"):
+        assert pick_mixed_precision(bf16, use_cpu=True, native_bf16=False) is bf16

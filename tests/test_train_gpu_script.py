@@ -90,4 +90,5 @@ def test_gpu_script_runs_on_the_cpu_with_a_tiny_model(tmp_path, base_dir):
         }
     records = [json.loads(line) for line in (out / "adapter" / "metrics.jsonl").read_text().splitlines()]
     assert all("eval_natural_tokens" in r for r in records)
+    assert all(r["scored"] is not None and r["kl"] is not None for r in records)  # CoSENT and KL train
     assert (out / "adapter" / "adapter_model.safetensors").is_file()

@@ -67,7 +67,7 @@ def test_an_adapter_of_another_rank_is_rejected_with_the_setting_named(
     tmp_path, base_dir, data_file, first_run, train_config
 ):
     config = train_config(tmp_path, base_dir, data_file, lora_r=8, lora_alpha=8, init_adapter=str(first_run))
-    with pytest.raises(ValueError, match=r"r 4 \(this run: 8\)"):
+    with pytest.raises(ValueError, match=r"r 4 \(this run: 8\): set lora_r"):
         train(config)
 
 

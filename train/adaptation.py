@@ -15,6 +15,7 @@ It knows nothing about data or losses.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -61,9 +62,9 @@ def load_initial_adapter(trained: torch.nn.Module, config: TrainConfig) -> dict[
     records: the adapter's directory and the hash of its weights.
     """
     from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
-    from magnetsdk.loading import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_sha256, resolve
+    from magnetsdk.loading import ADAPTER_CONFIG, ADAPTER_WEIGHTS, resolve
 
     source = config.init_adapter
     resolved = resolve(source)
@@ -81,23 +82,31 @@ def load_initial_adapter(trained: torch.nn.Module, config: TrainConfig) -> dict[
         )
     saved = json.loads((directory / ADAPTER_CONFIG).read_text())
     lora = trained.peft_config["default"]
+    # Each compared setting: (the adapter's, this run's, what to change when they differ).
     wanted = {
-        "r": (saved.get("r"), config.lora_r),
-        "lora_alpha": (saved.get("lora_alpha"), config.lora_alpha),
-        "target_modules": (sorted(saved.get("target_modules") or []), sorted(lora.target_modules or [])),
-        # the rows of layout tokens added to the tokenizer (the same base adds the same ones)
-        "trainable_token_indices": (saved.get("trainable_token_indices"), lora.trainable_token_indices),
+        "r": (saved.get("r"), config.lora_r, "set lora_r"),
+        "lora_alpha": (saved.get("lora_alpha"), config.lora_alpha, "set lora_alpha"),
+        "target_modules": (
+            sorted(saved.get("target_modules") or []),
+            sorted(lora.target_modules or []),
+            "set lora_target_modules",
+        ),
+        # The rows of layout tokens added to the tokenizer: they follow the base's tokenizer and
+        # the layout tokens, so the same base and magnetsdk version add the same ones.
+        "trainable_token_indices": (
+            saved.get("trainable_token_indices"),
+            lora.trainable_token_indices,
+            "train with the tokenizer and layout tokens of the adapter's run",
+        ),
     }
-    differ = [
-        f"{name} {theirs} (this run: {ours})" for name, (theirs, ours) in wanted.items() if theirs != ours
-    ]
+    differ = [(name, theirs, ours, fix) for name, (theirs, ours, fix) in wanted.items() if theirs != ours]
     if differ:
         raise ValueError(
             f"init_adapter={source!r} does not fit this run's LoRA: "
-            + "; ".join(differ)
-            + ". Set lora_r, lora_alpha and lora_target_modules to the adapter's"
+            + "; ".join(f"{name} {theirs} (this run: {ours}): {fix}" for name, theirs, ours, fix in differ)
         )
-    weights = load_file(directory / ADAPTER_WEIGHTS)
+    data = (directory / ADAPTER_WEIGHTS).read_bytes()  # read once: the weights and their hash
+    weights = load(data)
     expected = set(get_peft_model_state_dict(trained))  # what saving this model would write
     missing, extra = sorted(expected - set(weights)), sorted(set(weights) - expected)
     if missing or extra:
@@ -106,4 +115,4 @@ def load_initial_adapter(trained: torch.nn.Module, config: TrainConfig) -> dict[
             f"not in this model: {extra[:3]}); start from an adapter trained on this base"
         )
     set_peft_model_state_dict(trained, weights)
-    return {"path": str(directory), "sha256": adapter_sha256(directory)}
+    return {"path": str(directory), "sha256": hashlib.sha256(data).hexdigest()}

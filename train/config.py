@@ -50,7 +50,7 @@ class Schedule(str, Enum):
 
 
 class MixedPrecision(str, Enum):
-    AUTO = "auto"  # bf16 autocast on GPU, fp32 on CPU
+    AUTO = "auto"  # bf16 autocast on GPU and on a CPU with native bf16 (AVX512-BF16, AMX), else fp32
     NO = "no"
     BF16 = "bf16"
 

@@ -157,6 +157,8 @@ def evaluate_infill(
     layouts: list[str] | None = None,
     candidates: int = 1,
     line_breaks: str = "auto",
+    no_repeat_ngram: int | None = None,
+    copy_guard: int | None = None,
 ) -> EvalResult:
     """Span perplexity with both sides in each layout (default: the model's own), the shuffled-right
     control, and the left side only; optionally greedy fills of the first ``generate`` items."""
@@ -238,6 +240,8 @@ def evaluate_infill(
                 candidates=candidates,
                 seed=0,
                 line_breaks=line_breaks,
+                **({} if no_repeat_ngram is None else {"no_repeat_ngram": no_repeat_ngram}),
+                **({} if copy_guard is None else {"copy_guard": copy_guard}),
             )
             closed = [len(r.span_ids[0]) < max_new_tokens for r in filled]
             empty = [not r.spans[0].strip() for r in filled]
@@ -292,6 +296,8 @@ def evaluate_infill(
             "max_new_tokens": max_new_tokens,
             "candidates": candidates,
             "line_breaks": line_breaks,
+            "no_repeat_ngram": no_repeat_ngram,
+            "copy_guard": copy_guard,
             "layouts": [layout.name for layout in chosen],
             "scored_tokens": "span tokens only; the END token is excluded so every perplexity averages "
             "over exactly the same tokens",

@@ -1,0 +1,124 @@
+"""The n-gram loop guard: ``Sampling.no_repeat_ngram`` and ``Magnet.infill(no_repeat_ngram=...)``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from magnetsdk.decoding import Sampling, ban_repeated_ngrams
+from magnetsdk.infilling import decode_spans
+
+
+def banned_of(history, size, vocab=10):
+    logits = torch.zeros(1, vocab)
+    ban_repeated_ngrams(logits, [history], size)
+    return [int(t) for t in torch.nonzero(torch.isinf(logits[0])).flatten()]
+
+
+def test_bans_the_tokens_that_would_repeat_a_run():
+    assert banned_of([1, 2, 3, 1, 2], 3) == [3]  # "1 2" was followed by 3
+    assert banned_of([5, 6, 5, 7, 5], 2) == [6, 7]  # every token that followed a 5
+    assert banned_of([1, 2, 3, 4], 2) == []  # the last token has not occurred before
+    assert banned_of([1, 2], 3) == []  # too short to hold a run of 3
+    assert banned_of([1, 2, 1, 2], 0) == []  # 0: off
+
+
+def test_each_row_reads_its_own_history():
+    logits = torch.zeros(2, 6)
+    ban_repeated_ngrams(logits, [[1, 2, 1], [3, 4, 5]], 2)
+    assert torch.isinf(logits[0, 2]) and torch.isinf(logits).sum() == 1
+
+
+@pytest.mark.parametrize("size", [1, -1, True, 2.0])
+def test_bad_sizes_are_refused_by_name(size):
+    with pytest.raises(ValueError, match="no_repeat_ngram"):
+        Sampling(no_repeat_ngram=size)
+
+
+def repeated_runs(tokens, size):
+    runs = [tuple(tokens[i : i + size]) for i in range(len(tokens) - size + 1)]
+    return len(runs) - len(set(runs))
+
+
+def test_guarded_spans_hold_no_repeated_run_and_cache_equals_recompute(magnet):
+    contexts = [
+        [magnet.tokenizer(p, add_special_tokens=False)["input_ids"] for p in t.split("[GAP]")]
+        for t in ["The cat [GAP] on the mat.", "[GAP] is the capital of France."]
+    ]
+    common = dict(max_new_tokens=24, eos_id=None, layout="spm")
+    args = (magnet.model, contexts, magnet.layout, magnet._prefix, magnet._pad_id)
+    with torch.no_grad():
+        plain = decode_spans(*args, **common)
+        guarded = decode_spans(*args, sampling=Sampling(no_repeat_ngram=2), **common)
+        recomputed = decode_spans(*args, sampling=Sampling(no_repeat_ngram=2), use_cache=False, **common)
+    # A tiny random model loops under greedy decoding; the guard removes every repeated bigram.
+    assert sum(repeated_runs(spans[0], 2) for spans in plain) > 0
+    assert all(repeated_runs(spans[0], 2) == 0 for spans in guarded)
+    assert guarded == recomputed
+
+
+def test_infill_passes_the_guard_through(llama_magnet):
+    text = "The cat [GAP] on the mat."
+    plain = llama_magnet.infill(text, max_new_tokens=16)
+    guarded = llama_magnet.infill(text, max_new_tokens=16, no_repeat_ngram=2)
+    assert repeated_runs(guarded.span_ids[0], 2) == 0
+    assert llama_magnet.infill(text, max_new_tokens=16, no_repeat_ngram=0) == plain
+    with pytest.raises(ValueError, match="no_repeat_ngram"):
+        llama_magnet.infill(text, no_repeat_ngram=1)
+
+
+def test_context_runs_map_each_run_to_what_follows_it():
+    from magnetsdk.infilling import context_runs
+
+    runs = context_runs([[1, 2, 3, 1, 2, 4], [7, 8]], 3)
+    assert runs == {(1, 2): frozenset({3, 4}), (2, 3): frozenset({1}), (3, 1): frozenset({2})}
+    assert context_runs([[1, 2]], 3) == {}  # no segment holds a run of 3
+
+
+def test_a_span_that_has_written_a_context_run_may_not_go_on_with_it():
+    from magnetsdk.infilling import SpanProgram, context_runs
+    from magnetsdk.layout import LayoutTokens, infill_layout
+
+    tokens = LayoutTokens("m", "g", "s", "e", mask_id=4, gap_id=1, span_id=2, end_id=3)
+    row = SpanProgram(
+        1, tokens, infill_layout("spm"), 8, frozenset({3}), frozenset(), 3, context_runs([[5, 6, 7]], 3)
+    )
+    assert row.suppressed() == [3]  # the first token: only END is held back, as without the guard
+    row.advance(5)
+    assert row.suppressed() == []
+    row.advance(6)
+    assert row.suppressed() == [7]  # "5 6 7" is the context's
+    row.advance(9)
+    assert row.suppressed() == []
+
+
+def holds_context_run(span, segments, size):
+    runs = {tuple(seg[i : i + size]) for seg in segments for i in range(len(seg) - size + 1)}
+    return any(tuple(span[i : i + size]) in runs for i in range(len(span) - size + 1))
+
+
+def test_copy_guarded_spans_hold_no_run_of_their_context(magnet):
+    # Contexts that repeat themselves, so a tiny random model copies them when unguarded.
+    texts = [
+        "the cat sat on the mat the cat sat on the mat [GAP] the cat sat on the mat",
+        "[GAP] a b a b a b a b",
+    ]
+    contexts = [
+        [magnet.tokenizer(p, add_special_tokens=False)["input_ids"] for p in t.split("[GAP]")] for t in texts
+    ]
+    common = dict(max_new_tokens=24, eos_id=None, layout="spm")
+    args = (magnet.model, contexts, magnet.layout, magnet._prefix, magnet._pad_id)
+    with torch.no_grad():
+        guarded = decode_spans(*args, copy_guard=3, **common)
+        recomputed = decode_spans(*args, copy_guard=3, use_cache=False, **common)
+    assert not any(
+        holds_context_run(spans[0], segments, 3) for spans, segments in zip(guarded, contexts, strict=True)
+    )
+    assert guarded == recomputed
+
+
+def test_infill_copy_guard_is_checked_by_name(llama_magnet):
+    with pytest.raises(ValueError, match="copy_guard=1 must be 0"):
+        llama_magnet.infill("The cat [GAP] on the mat.", copy_guard=1)
+    plain = llama_magnet.infill("The cat [GAP] on the mat.", max_new_tokens=8)
+    assert llama_magnet.infill("The cat [GAP] on the mat.", max_new_tokens=8, copy_guard=0) == plain
