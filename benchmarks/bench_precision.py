@@ -35,7 +35,8 @@ def load(name: str) -> tuple[torch.nn.Module, str]:
         return tiny_model(), "tiny-llama"
     from magnetsdk.train.trainer import load_base
 
-    model, _ = load_base(TrainConfig(data=["unused"], base_model=name), torch.device("cpu"))
+    base = "default-base" if name == "default" else name  # training starts from the bare base
+    model, _ = load_base(TrainConfig(data=["unused"], base_model=base), torch.device("cpu"))
     return model, "SmolLM2-135M-Instruct" if name == "default" else Path(name).name
 
 

@@ -1,4 +1,4 @@
-"""The n-gram loop guard: ``Sampling.no_repeat_ngram`` and ``Magnet.infill(no_repeat_ngram=...)``."""
+"""The fills' guards: the loop guard (``no_repeat_ngram``) and the copy guard (``copy_guard``)."""
 
 from __future__ import annotations
 
