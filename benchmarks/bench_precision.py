@@ -25,6 +25,8 @@ from magnetsdk.train.adaptation import make_trainable
 from magnetsdk.train.config import MixedPrecision, TrainConfig
 from magnetsdk.train.startup import cpu_has_native_bf16, pick_mixed_precision
 
+from magnetsdk.files import atomic_write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -100,10 +102,7 @@ def main() -> None:
     out = Path(args.out)
     existing = json.loads(out.read_text()) if out.is_file() else {}
     existing[f"{name}, {capability}, native bf16 {native}"] = result
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps(existing, indent=2) + "\n")
-    tmp.replace(out)
+    atomic_write_text(out, json.dumps(existing, indent=2) + "\n")
 
 
 if __name__ == "__main__":

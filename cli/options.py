@@ -56,24 +56,18 @@ def line_breaks_option(command: Callable) -> Callable:
     )(command)
 
 
-def no_repeat_ngram_option(command: Callable) -> Callable:
-    """``--no-repeat-ngram N``: the fills' loop guard (``Magnet.infill(no_repeat_ngram=...)``); default: the SDK's."""
+def _guard_option(flag: str, what: str) -> Callable[[Callable], Callable]:
+    """A fill guard's run length in tokens (0: off); unset, ``Magnet.infill``'s default applies."""
     return click.option(
-        "--no-repeat-ngram",
-        default=None,
-        type=click.IntRange(min=0),
-        help="No fill repeats a run of this many of its own tokens (0: off) [default: Magnet.infill's].",
-    )(command)
+        flag, default=None, type=click.IntRange(min=0), help=f"{what} (0: off) [default: Magnet.infill's]."
+    )
 
 
-def copy_guard_option(command: Callable) -> Callable:
-    """``--copy-guard N``: no fill holds a run of N tokens of its text (``Magnet.infill(copy_guard=...)``)."""
-    return click.option(
-        "--copy-guard",
-        default=None,
-        type=click.IntRange(min=0),
-        help="No fill holds a run of this many tokens of its own text (0: off) [default: Magnet.infill's].",
-    )(command)
+# ``Magnet.infill(no_repeat_ngram=...)`` and ``Magnet.infill(copy_guard=...)``.
+no_repeat_ngram_option = _guard_option(
+    "--no-repeat-ngram", "No fill repeats a run of this many of its own tokens"
+)
+copy_guard_option = _guard_option("--copy-guard", "No fill holds a run of this many tokens of its own text")
 
 
 def check_device(device: str) -> None:
