@@ -20,7 +20,7 @@ MAGNET=${MAGNET:-.venv/bin/magnet}
 SHARED=${SHARED:-../shared/data}
 S=$SHARED/stsb/sts-dev.csv
 W=$SHARED/wikitext2/wiki.valid.tokens
-TASKS=${TASKS:-sts-dev sts-heldout sts-heldout-select sts-heldout-report retrieval lm repetition repetition-full infill-dev infill-test infill-test-ranked}
+TASKS=${TASKS:-sts-dev sts-heldout sts-heldout-select sts-heldout-report retrieval lm repetition repetition-full infill-dev infill-dev-all infill-test infill-test-all infill-test-ranked}
 export HF_HUB_OFFLINE=1
 mkdir -p runs/eval runs/logs
 [[ -f runs/data/sts-heldout-report.csv ]] || "${PY:-.venv/bin/python}" scripts/build_heldout_sts.py --halves runs/data/sts-heldout.csv
