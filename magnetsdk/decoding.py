@@ -41,7 +41,7 @@ def check_decoding(max_new_tokens: int, temperature: float, top_p: float) -> Non
         raise ValueError(f"top_p={top_p!r} must be in (0, 1]")
 
 
-def check_run_length(size: int, name: str = "no_repeat_ngram") -> None:
+def check_run_length(size: int, name: str) -> None:
     """The check of a guard's run length: 0 (off) or at least 2 tokens."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 0 or size == 1:
         raise ValueError(
@@ -69,7 +69,7 @@ class Sampling:
         penalty = self.repetition_penalty
         if not isinstance(penalty, (int, float)) or math.isnan(penalty) or penalty <= 0:
             raise ValueError(f"repetition_penalty={penalty!r} must be > 0 (1.0 disables it)")
-        check_run_length(self.no_repeat_ngram)
+        check_run_length(self.no_repeat_ngram, "no_repeat_ngram")
 
     @property
     def greedy(self) -> bool:

@@ -104,8 +104,9 @@ def pick_mixed_precision(requested: MixedPrecision, use_cpu: bool, native_bf16: 
     """``auto``: bf16 autocast on a GPU and on a CPU with native bf16, fp32 on any other CPU.
 
     Without native bf16 a CPU emulates it, and a bf16 step runs many times slower than fp32
-    (measured: the first step of the default recipe took over 15 min on an AVX2-only CPU, against
-    about half a minute in fp32 on an AVX512-BF16 one), so an explicit ``bf16`` there gets a warning.
+    (measured on an AVX2-only CPU: the default recipe's first bf16 step had not finished after 15 min,
+    where its fp32 steps took about 2 min; benchmarks/bench_precision.py: bf16 at 0.047x fp32), so an
+    explicit ``bf16`` there gets a warning.
     """
     if requested is MixedPrecision.AUTO:
         return MixedPrecision.BF16 if not use_cpu or native_bf16 else MixedPrecision.NO
