@@ -17,6 +17,8 @@ from magnetsdk.cli.options import (
 )
 from magnetsdk.cli.output import emit, format_option, print_fields, print_table
 
+from magnetsdk.infilling import given_guards
+
 _INPUT = click.option(
     "--input",
     "-i",
@@ -161,8 +163,7 @@ def infill(
             seed=seed,
             candidates=candidates,
             line_breaks=line_breaks,
-            **({} if no_repeat_ngram is None else {"no_repeat_ngram": no_repeat_ngram}),
-            **({} if copy_guard is None else {"copy_guard": copy_guard}),
+            **given_guards(no_repeat_ngram=no_repeat_ngram, copy_guard=copy_guard),
         )
     except (TypeError, ValueError) as error:
         raise fail(

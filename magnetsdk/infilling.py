@@ -37,6 +37,15 @@ from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, lay_out
 DEFAULT_GAP_MARKER = "[GAP]"
 
 
+def given_guards(**guards: int | None) -> dict[str, int]:
+    """The fill guards a caller set (``no_repeat_ngram=``, ``copy_guard=``), unset ones left out.
+
+    A front end (the CLI, ``magnet eval infill``) passes on only what its user asked for, so that
+    ``Magnet.infill``'s own defaults stay the one place where an unset guard is decided.
+    """
+    return {name: value for name, value in guards.items() if value is not None}
+
+
 def has_line_break(text: str) -> bool:
     return "\n" in text or "\r" in text
 

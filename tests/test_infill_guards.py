@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from magnetsdk.decoding import Sampling, ban_repeated_ngrams
-from magnetsdk.infilling import decode_spans
+from magnetsdk.infilling import decode_spans, given_guards
 
 
 def banned_of(history, size, vocab=10):
@@ -122,3 +122,9 @@ def test_infill_copy_guard_is_checked_by_name(llama_magnet):
         llama_magnet.infill("The cat [GAP] on the mat.", copy_guard=1)
     plain = llama_magnet.infill("The cat [GAP] on the mat.", max_new_tokens=8)
     assert llama_magnet.infill("The cat [GAP] on the mat.", max_new_tokens=8, copy_guard=0) == plain
+
+
+def test_front_ends_pass_on_only_the_guards_their_user_set():
+    assert given_guards(no_repeat_ngram=None, copy_guard=None) == {}
+    assert given_guards(no_repeat_ngram=0, copy_guard=None) == {"no_repeat_ngram": 0}
+    assert given_guards(no_repeat_ngram=None, copy_guard=7) == {"copy_guard": 7}

@@ -37,7 +37,7 @@ import numpy as np
 
 from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.eval.scoring import ScoredSequence, perplexity, target_nll
-from magnetsdk.infilling import has_line_break
+from magnetsdk.infilling import given_guards, has_line_break
 from magnetsdk.layout import InfillLayout, infill_layout, lay_out
 from magnetsdk.records import jsonl_rows, read_text
 
@@ -240,8 +240,7 @@ def evaluate_infill(
                 candidates=candidates,
                 seed=0,
                 line_breaks=line_breaks,
-                **({} if no_repeat_ngram is None else {"no_repeat_ngram": no_repeat_ngram}),
-                **({} if copy_guard is None else {"copy_guard": copy_guard}),
+                **given_guards(no_repeat_ngram=no_repeat_ngram, copy_guard=copy_guard),
             )
             closed = [len(r.span_ids[0]) < max_new_tokens for r in filled]
             empty = [not r.spans[0].strip() for r in filled]
