@@ -17,8 +17,6 @@ from magnetsdk.cli.options import (
 )
 from magnetsdk.cli.output import emit, format_option, print_fields, print_table
 
-from magnetsdk.infilling import given_guards
-
 _INPUT = click.option(
     "--input",
     "-i",
@@ -152,6 +150,8 @@ def infill(
         items = [f"{left or ''}{marker}{right or ''}"]
     else:
         items = gather_texts(texts, input_file)
+    from magnetsdk.infilling import given_guards  # imports torch: not at `magnet --help`
+
     magnet = open_magnet(model, adapter, device, dtype)
     try:
         results = magnet.infill(

@@ -50,6 +50,9 @@ def settings(base_dir, data_file, output_dir, **overrides) -> dict:
         warmup_steps=1,
         learning_rate=5e-3,
         progress=False,
+        # fp32: "auto" picks bf16 on a CPU with native bf16 (AVX512-BF16, AMX), and bf16 rounding
+        # alone moves one- and two-process losses apart by more than TOLERANCE after one update.
+        mixed_precision="no",
         positives="dropout",  # SimCSE positives: no generation pass
     )
     return {**base, **overrides}

@@ -62,6 +62,9 @@ def settings(base_dir, data_file, output_dir, **overrides) -> dict:
         lora_dropout=0.0,  # processes seed dropout differently
         attention_dropout=0.0,
         progress=False,
+        # fp32: "auto" picks bf16 on a CPU with native bf16 (AVX512-BF16, AMX), and bf16 rounding
+        # alone moves one- and two-process losses apart by more than TOLERANCE after one update.
+        mixed_precision="no",
         positives="dropout",  # no generation pass
     )
     return {**base, **overrides}
