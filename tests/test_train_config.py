@@ -132,3 +132,15 @@ def test_auto_precision_is_bf16_only_where_bf16_is_native():
     assert pick_mixed_precision(no, use_cpu=False, native_bf16=False) is no  # explicit wins
     with pytest.warns(UserWarning, match="without native bf16.*'auto'"):
         assert pick_mixed_precision(bf16, use_cpu=True, native_bf16=False) is bf16
+
+
+def test_one_process_can_train_in_fp32_after_bf16():
+    from accelerate import Accelerator
+    from magnetsdk.train.config import MixedPrecision
+    from magnetsdk.train.startup import forget_other_precision
+
+    Accelerator(cpu=True, mixed_precision="bf16")
+    forget_other_precision(MixedPrecision.NO)
+    assert Accelerator(cpu=True, mixed_precision="no").mixed_precision == "no"
+    forget_other_precision(MixedPrecision.NO)  # the same precision: the state is kept
+    assert Accelerator(cpu=True).mixed_precision == "no"

@@ -100,6 +100,19 @@ def cpu_has_native_bf16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
+def forget_other_precision(mixed: MixedPrecision) -> None:
+    """Let a second run in one process (a notebook, the tests) train in another precision.
+
+    accelerate keeps one process-wide state and refuses an ``Accelerator`` whose precision differs
+    from the first one's. The precision state is dropped; the process group (``PartialState``) stays.
+    """
+    from accelerate.state import AcceleratorState
+
+    state = AcceleratorState._shared_state
+    if state and state.get("_mixed_precision") != mixed.value:
+        AcceleratorState._reset_state(reset_partial_state=False)
+
+
 def pick_mixed_precision(requested: MixedPrecision, use_cpu: bool, native_bf16: bool) -> MixedPrecision:
     """``auto``: bf16 autocast on a GPU and on a CPU with native bf16, fp32 on any other CPU.
 
@@ -166,6 +179,7 @@ class RunSetup:
         config = self.config
         use_cpu = config.device == "cpu" or not torch.cuda.is_available()
         mixed = pick_mixed_precision(config.mixed_precision, use_cpu, use_cpu and cpu_has_native_bf16())
+        forget_other_precision(mixed)
         self.accelerator = Accelerator(cpu=use_cpu, mixed_precision=mixed.value)
         self.rank = self.accelerator.process_index
         self.world = self.accelerator.num_processes
