@@ -139,8 +139,9 @@ def test_one_process_can_train_in_fp32_after_bf16():
     from magnetsdk.train.config import MixedPrecision
     from magnetsdk.train.startup import forget_other_precision
 
+    forget_other_precision(MixedPrecision.BF16)  # whatever an earlier test's run left
     Accelerator(cpu=True, mixed_precision="bf16")
+    forget_other_precision(MixedPrecision.BF16)  # the same precision: the state is kept
+    assert Accelerator(cpu=True).mixed_precision == "bf16"  # a fresh state would be "no"
     forget_other_precision(MixedPrecision.NO)
     assert Accelerator(cpu=True, mixed_precision="no").mixed_precision == "no"
-    forget_other_precision(MixedPrecision.NO)  # the same precision: the state is kept
-    assert Accelerator(cpu=True).mixed_precision == "no"
