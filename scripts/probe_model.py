@@ -1,0 +1,64 @@
+"""The small probes docs/results.md reports beside the eval figures, for one model, as JSON.
+
+- facts: of the 16 prompts of tests/test_default_model.py (FACTS), how many a greedy 12-token
+  continuation states; infill_greedy / infill_ranked: of its 16 gaps (INFILL_FACTS), how many a
+  greedy fill and a ranked fill (8 candidates, seed 0) state;
+- the demo's gap filled both ways, and the demo prompt continued greedily (48 tokens);
+- demo_seed_tokens: the demo's continuation (32 tokens, sampled as ``magnet demo`` does) under
+  seeds 0-11, in tokens, so a continuation that ends early reads as one seed's chance or as a habit.
+
+    python scripts/probe_model.py default -o runs/eval/NAME-probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from test_default_model import INFILL_FACTS, facts_known  # noqa: E402
+
+from magnetsdk import Magnet  # noqa: E402
+
+PROMPT = "The best way to learn a new language is"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", help="a model name or directory, as --model takes it")
+    parser.add_argument("-o", "--output", type=Path, required=True)
+    args = parser.parse_args()
+
+    magnet = Magnet.from_pretrained(args.model)
+    texts = [text for text, _ in INFILL_FACTS]
+    greedy = magnet.infill(texts, max_new_tokens=8)
+    ranked = magnet.infill(texts, max_new_tokens=8, candidates=8, seed=0)
+
+    def stated(results) -> int:
+        return sum(
+            answer.lower() in r.spans[0].lower() for (_, answer), r in zip(INFILL_FACTS, results, strict=True)
+        )
+
+    sampled = [magnet.generate(PROMPT, max_new_tokens=32, seed=seed) for seed in range(12)]
+    result = {
+        "model": args.model,
+        "facts": facts_known(magnet),
+        "infill_greedy": stated(greedy),
+        "infill_ranked": stated(ranked),
+        "demo_gap_ranked": ranked[0].spans[0],
+        "demo_gap_greedy": greedy[0].spans[0],
+        "generate_greedy": magnet.generate(PROMPT, max_new_tokens=48, temperature=0),
+        "demo_seed_tokens": [
+            len(magnet.tokenizer(s, add_special_tokens=False)["input_ids"]) for s in sampled
+        ],
+        "demo_seed_0": sampled[0],
+    }
+    args.output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
