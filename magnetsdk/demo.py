@@ -12,6 +12,9 @@ SENTENCES = [
     "Someone performs music with a guitar.",
     "The stock market fell sharply today.",
 ]
+GAP_TEXT = "The Eiffel Tower is in [GAP], the capital of France."
+PROMPT = "The best way to learn a new language is"
+GENERATE_TOKENS = 32  # sampled with the model's defaults and seed 0
 
 
 def run_demo(magnet: Magnet, echo: Callable[[str], None] = print) -> dict:
@@ -35,14 +38,12 @@ def run_demo(magnet: Magnet, echo: Callable[[str], None] = print) -> dict:
     echo(f"  sim([0], [1]) = {sims[0, 1]:.3f}   (paraphrases)")
     echo(f"  sim([0], [2]) = {sims[0, 2]:.3f}   (unrelated)")
 
-    text = "The Eiffel Tower is in [GAP], the capital of France."
     start = time.perf_counter()
     # Eight fills (the greedy one and seven sampled, seeded) ranked by the filled text's likelihood.
-    filled = magnet.infill(text, max_new_tokens=8, candidates=8, seed=0)
-    echo(f"\n[infill] {text}\n  -> {filled.text!r}   ({time.perf_counter() - start:.2f}s)")
+    filled = magnet.infill(GAP_TEXT, max_new_tokens=8, candidates=8, seed=0)
+    echo(f"\n[infill] {GAP_TEXT}\n  -> {filled.text!r}   ({time.perf_counter() - start:.2f}s)")
 
-    prompt = "The best way to learn a new language is"
     start = time.perf_counter()
-    continuation = magnet.generate(prompt, max_new_tokens=32, seed=0)
-    echo(f"\n[generate] {prompt}\n  -> {continuation!r}   ({time.perf_counter() - start:.2f}s)")
+    continuation = magnet.generate(PROMPT, max_new_tokens=GENERATE_TOKENS, seed=0)
+    echo(f"\n[generate] {PROMPT}\n  -> {continuation!r}   ({time.perf_counter() - start:.2f}s)")
     return {"similarity": sims.tolist(), "infill": filled.text, "generation": continuation}

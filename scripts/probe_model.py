@@ -19,11 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from test_default_model import INFILL_FACTS, facts_known  # noqa: E402
+from test_default_model import INFILL_FACTS, facts_known, infill_facts_stated  # noqa: E402
 
 from magnetsdk import Magnet  # noqa: E402
-
-PROMPT = "The best way to learn a new language is"
+from magnetsdk.demo import GAP_TEXT, GENERATE_TOKENS, PROMPT  # noqa: E402
 
 
 def main() -> None:
@@ -32,22 +31,20 @@ def main() -> None:
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args()
 
-    magnet = Magnet.from_pretrained(args.model)
     texts = [text for text, _ in INFILL_FACTS]
+    if texts[0] != GAP_TEXT:
+        raise SystemExit("tests/test_default_model.py: INFILL_FACTS must open with magnetsdk.demo.GAP_TEXT")
+
+    magnet = Magnet.from_pretrained(args.model)
     greedy = magnet.infill(texts, max_new_tokens=8)
     ranked = magnet.infill(texts, max_new_tokens=8, candidates=8, seed=0)
 
-    def stated(results) -> int:
-        return sum(
-            answer.lower() in r.spans[0].lower() for (_, answer), r in zip(INFILL_FACTS, results, strict=True)
-        )
-
-    sampled = [magnet.generate(PROMPT, max_new_tokens=32, seed=seed) for seed in range(12)]
+    sampled = [magnet.generate(PROMPT, max_new_tokens=GENERATE_TOKENS, seed=seed) for seed in range(12)]
     result = {
         "model": args.model,
         "facts": facts_known(magnet),
-        "infill_greedy": stated(greedy),
-        "infill_ranked": stated(ranked),
+        "infill_greedy": sum(infill_facts_stated(greedy)),
+        "infill_ranked": sum(infill_facts_stated(ranked)),
         "demo_gap_ranked": ranked[0].spans[0],
         "demo_gap_greedy": greedy[0].spans[0],
         "generate_greedy": magnet.generate(PROMPT, max_new_tokens=48, temperature=0),
