@@ -24,6 +24,7 @@ from magnetsdk.cli.options import (
     model_options,
     no_repeat_ngram_option,
     open_magnet,
+    resample_copies_option,
 )
 from magnetsdk.cli.output import emit, format_option
 
@@ -305,6 +306,7 @@ def repetition(
 @line_breaks_option
 @no_repeat_ngram_option
 @copy_guard_option
+@resample_copies_option
 @_common
 def infill(
     file,
@@ -316,6 +318,7 @@ def infill(
     line_breaks,
     no_repeat_ngram,
     copy_guard,
+    resample_copies,
     limit,
     output,
     fmt,
@@ -346,6 +349,7 @@ def infill(
             line_breaks=line_breaks,
             no_repeat_ngram=no_repeat_ngram,
             copy_guard=copy_guard,
+            resample_copies=resample_copies,
         ),
     )
 

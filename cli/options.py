@@ -68,6 +68,14 @@ no_repeat_ngram_option = _guard_option(
     "--no-repeat-ngram", "No fill repeats a run of this many of its own tokens"
 )
 copy_guard_option = _guard_option("--copy-guard", "No fill holds a run of this many tokens of its own text")
+# ``Magnet.infill(resample_copies=...)``: a count of sampled fills, not a run length.
+resample_copies_option = click.option(
+    "--resample-copies",
+    default=None,
+    type=click.IntRange(min=0),
+    help="A fill that copies 5 words of its own text is replaced by the likeliest of this many sampled "
+    "fills that does not (0: off) [default: Magnet.infill's].",
+)
 
 
 def check_device(device: str) -> None:

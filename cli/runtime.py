@@ -14,6 +14,7 @@ from magnetsdk.cli.options import (
     model_options,
     no_repeat_ngram_option,
     open_magnet,
+    resample_copies_option,
 )
 from magnetsdk.cli.output import emit, format_option, print_fields, print_table
 
@@ -122,6 +123,7 @@ def encode(
 @line_breaks_option
 @no_repeat_ngram_option
 @copy_guard_option
+@resample_copies_option
 @_FORMAT
 def infill(
     texts,
@@ -141,6 +143,7 @@ def infill(
     line_breaks,
     no_repeat_ngram,
     copy_guard,
+    resample_copies,
     fmt,
 ):
     """Fill the gaps marked in each text (default marker: [GAP]) using both sides."""
@@ -163,12 +166,19 @@ def infill(
             seed=seed,
             candidates=candidates,
             line_breaks=line_breaks,
-            **given_guards(no_repeat_ngram=no_repeat_ngram, copy_guard=copy_guard),
+            **given_guards(
+                no_repeat_ngram=no_repeat_ngram, copy_guard=copy_guard, resample_copies=resample_copies
+            ),
         )
     except (TypeError, ValueError) as error:
         raise fail(
             error,
-            {"gap_marker": "--marker", "no_repeat_ngram": "--no-repeat-ngram", "copy_guard": "--copy-guard"},
+            {
+                "gap_marker": "--marker",
+                "no_repeat_ngram": "--no-repeat-ngram",
+                "copy_guard": "--copy-guard",
+                "resample_copies": "--resample-copies",
+            },
         ) from None
     records = [{"input": t, "text": r.text, "spans": r.spans} for t, r in zip(items, results, strict=True)]
     emit(

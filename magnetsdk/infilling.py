@@ -15,6 +15,12 @@ candidates, each whole filled text is scored by the same weights read causally (
 the fill whose text is most likely wins: :func:`fill_log_likelihood`. The right side then votes
 through every one of its tokens, which is what the decode order alone cannot give.
 
+Copies (``Magnet.infill(resample_copies=N)``): a fill that restates a run of :data:`COPY_WORDS`
+words of its own text (the left side again, or the right side early) is replaced by the likeliest of
+N sampled fills that do not, ranked as candidates are. The fills that do not copy are left alone, and
+no token is banned inside the decode: a ban (``copy_guard=``) makes the model respell the names it
+would have copied (docs/results.md, "A copy guard, measured and not made the default").
+
 Line breaks (``Magnet.infill(line_breaks=...)``): by default a fill may break a line only where its
 text holds a line break itself. A gap inside a line is filled within that line; without the rule a
 model trained on running text, where a paragraph often ends after a full stop, opens a new
@@ -35,6 +41,9 @@ from magnetsdk.decoding import Prompt, Sampling, check_decoding, decode
 from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, lay_out
 
 DEFAULT_GAP_MARKER = "[GAP]"
+# A fill copies its text when it holds a run of this many of the text's words (``magnet eval infill``
+# reports the share that do; ``Magnet.infill(resample_copies=N)`` replaces them).
+COPY_WORDS = 5
 
 
 def given_guards(**guards: int | None) -> dict[str, int]:
@@ -48,6 +57,23 @@ def given_guards(**guards: int | None) -> dict[str, int]:
 
 def has_line_break(text: str) -> bool:
     return "\n" in text or "\r" in text
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def copies_text(span: str, sides: Sequence[str], n: int = COPY_WORDS) -> bool:
+    """Whether ``span`` holds a run of ``n`` words that also occurs inside one of ``sides``."""
+    found = words(span)
+    if len(found) < n:
+        return False
+    grams = {tuple(found[i : i + n]) for i in range(len(found) - n + 1)}
+    for side in sides:
+        side_words = words(side)
+        if any(tuple(side_words[i : i + n]) in grams for i in range(len(side_words) - n + 1)):
+            return True
+    return False
 
 
 def line_break_ids(tokenizer) -> frozenset[int]:
@@ -80,6 +106,8 @@ class InfillResult:
     span_ids: list[list[int]] = field(repr=False, default_factory=list)
     # With candidates > 1: every distinct fill, most likely first (the first is the one chosen).
     candidates: list[InfillCandidate] = field(repr=False, default_factory=list)
+    # With resample_copies=N: whether the decoded fill copied its text and a sampled one replaced it.
+    resampled: bool = False
 
 
 # How much of the filled texts ranking reads: up to RANK_CONTEXT tokens before the first token
@@ -181,6 +209,14 @@ def candidate_sampling(
     return Sampling(temperature, top_p, sampling.repetition_penalty, sampling.seed, sampling.no_repeat_ngram)
 
 
+def check_resample_copies(count: int) -> None:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(
+            f"resample_copies={count!r} must be an integer of at least 0: how many fills to sample "
+            "for a fill that copies its text (0: off)"
+        )
+
+
 # A span's final punctuation, and the marks after which a shorter span may end (a clause boundary).
 CLOSING_PUNCTUATION = ".,;:!?"
 
@@ -201,15 +237,26 @@ def shorter_spans(span: str) -> list[str]:
     return found
 
 
+def copies_segments(spans: Sequence[str], segments: Sequence[str]) -> bool:
+    """Whether any of a text's fills holds a run of :data:`COPY_WORDS` words of its context."""
+    return any(copies_text(span, segments) for span in spans)
+
+
 def best_fill(
-    magnet: Any, segments: list[str], options: list[list[list[int]]], moved: list[str], ranked: bool
-) -> InfillResult:
+    magnet: Any,
+    segments: list[str],
+    options: list[list[list[int]]],
+    moved: list[str],
+    ranked: bool,
+    without_copies: bool = False,
+) -> InfillResult | None:
     """One text's result: its only fill, or the most likely of its candidates.
 
     ``options`` holds each decoded candidate's span ids. Ranked, the candidates are the decoded
     fills and, for each, every :func:`shorter_spans` variant of one gap at a time; the filled texts
     are scored by :func:`fill_log_likelihood` and the first of the best wins. ``candidates`` lists
-    the fills that were ranked, most likely first."""
+    the fills that were ranked, most likely first. ``without_copies`` ranks only the fills that do
+    not copy their text (:func:`copies_segments`) and returns ``None`` when every one does."""
     tokenizer = magnet.tokenizer
     decoded = [[tokenizer.decode(s, skip_special_tokens=True) for s in ids] for ids in options]
     if not ranked:
@@ -232,6 +279,10 @@ def best_fill(
             fills.setdefault(text, (written, ids_v))  # the same text twice is scored once
     # A gap is there because a word is missing: a fill of punctuation alone (" ,") can read as the
     # likeliest text, so it is ranked only when no candidate holds a letter or digit.
+    if without_copies:
+        fills = {text: fill for text, fill in fills.items() if not copies_segments(fill[0], segments)}
+        if not fills:
+            return None
     worded = [text for text, (spans, _) in fills.items() if all(re.search(r"\w", s) for s in spans)]
     texts = worded or list(fills)
     scores = fill_log_likelihood(

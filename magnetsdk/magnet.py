@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
@@ -42,6 +42,8 @@ from magnetsdk.infilling import (
     InfillResult,
     best_fill,
     candidate_sampling,
+    check_resample_copies,
+    copies_segments,
     decode_spans,
     line_break_ids,
     may_break_lines,
@@ -374,6 +376,7 @@ class Magnet:
         repetition_penalty: float = 1.0,
         no_repeat_ngram: int = 0,
         copy_guard: int = 0,
+        resample_copies: int = 0,
         layout: InfillLayout | str | None = None,
         candidates: int = 1,
         candidate_temperature: float = 0.8,
@@ -396,7 +399,13 @@ class Magnet:
 
         ``no_repeat_ngram=N`` (N >= 2; 0 is off) is a loop guard: no span repeats a run of N of
         the span tokens decoded so far. ``copy_guard=N`` (N >= 2; 0 is off) keeps every span from
-        holding a run of N tokens of its own text (either side of any gap).
+        holding a run of N tokens of its own text (either side of any gap): it bans tokens inside
+        the decode. ``resample_copies=N`` (0 is off) leaves the decode alone: a fill that holds a
+        run of :data:`~magnetsdk.infilling.COPY_WORDS` words of its own text is replaced by the
+        likeliest of N fills sampled at ``candidate_temperature`` / ``candidate_top_p`` that does
+        not (ranked as ``candidates`` are; ``InfillResult.resampled`` says so), and stays when
+        every one copies. Its samples are seeded ``seed`` (0 when unseeded, so a greedy call stays
+        reproducible) + ``len(texts) * (candidates - 1) + i * N + k`` for text ``i``.
 
         ``line_breaks``: ``"auto"`` lets a text's fills break a line only when the text holds a line
         break itself (a gap inside a line is filled within it); ``"allow"`` always, ``"forbid"`` never.
@@ -414,7 +423,12 @@ class Magnet:
         check_decoding(max_new_tokens, temperature, top_p)
         sampling = Sampling(temperature, top_p, repetition_penalty, seed, no_repeat_ngram)
         check_run_length(copy_guard, "copy_guard")
+        check_resample_copies(resample_copies)
         ranking = candidate_sampling(candidates, candidate_temperature, candidate_top_p, sampling)
+        resampling, first_resample = None, len(texts) * (candidates - 1)
+        if resample_copies:
+            resampling = candidate_sampling(2, candidate_temperature, candidate_top_p, sampling)
+            resampling = replace(resampling, seed=0 if seed is None else seed)
         chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
         pieces, spaces = zip(*(move_spaces_into_gaps(split_gaps(t, gap_marker)) for t in texts), strict=True)
         check_line_breaks(line_breaks)
@@ -464,8 +478,20 @@ class Magnet:
                     for i, found in enumerate(options):
                         found += sampled[i * extra : (i + 1) * extra]
                 moved = spaces[start : start + batch_size]
-                for segments, found, space in zip(chunk, options, moved, strict=True):
-                    results.append(best_fill(self, segments, found, space, ranked=ranking is not None))
+                for at, (segments, found, space) in enumerate(zip(chunk, options, moved, strict=True)):
+                    result = best_fill(self, segments, found, space, ranked=ranking is not None)
+                    if resampling is not None and copies_segments(result.spans, segments):
+                        row = start + at
+                        found = found + fill(
+                            [contexts[at]] * resample_copies,
+                            [kept[at]] * resample_copies,
+                            resampling,
+                            first_resample + row * resample_copies,
+                        )
+                        better = best_fill(self, segments, found, space, ranked=True, without_copies=True)
+                        if better is not None:
+                            result = replace(better, resampled=True)
+                    results.append(result)
         return results[0] if single else results
 
     # ------------------------------------------------------------------ generate

@@ -90,6 +90,13 @@ def test_infill_generate_info(model_dir):
     assert guarded.exit_code == 0 and json.loads(guarded.stdout)["text"].startswith("A ")
     one = run("infill", "--model", model_dir, "--no-repeat-ngram", "1", "A [GAP].")
     assert one.exit_code == 1 and "--no-repeat-ngram" in one.output and "at least 2" in one.output
+    copying = "b b b b b b b b [GAP] b b b b b b"
+    args = ("infill", "--model", model_dir, "--max-new-tokens", "8")
+    plain = json.loads(run(*args, copying).stdout)
+    resampled = run(*args, "--resample-copies", "4", copying)
+    assert resampled.exit_code == 0 and json.loads(resampled.stdout) == plain  # this fill does not copy
+    negative = run(*args, "--resample-copies", "-1", copying)
+    assert negative.exit_code == 2 and "--resample-copies" in negative.output
 
     generated = run("generate", "--model", model_dir, "--max-new-tokens", "4", "--temperature", "0", "Once")
     assert generated.exit_code == 0 and json.loads(generated.stdout)["prompt"] == "Once"

@@ -73,6 +73,11 @@ def run(*args: str):
             ["items.jsonl", "--generate", "2", "--max-new-tokens", "6", "--no-repeat-ngram", "2"],
             "copy_rate",
         ),
+        (
+            "infill",
+            ["items.jsonl", "--generate", "2", "--max-new-tokens", "6", "--resample-copies", "4"],
+            "resampled_rate",
+        ),
         ("probe", ["train.conll", "train.conll"], "accuracy"),
         ("dependence", ["texts.txt", "--min-tokens", "4"], "bidirectional.after"),
         ("lm", ["texts.txt", "--context", "16"], "ppl"),
@@ -89,6 +94,9 @@ def test_each_task_writes_a_result_and_prints_its_table(model_dir, data, tmp_pat
     assert stored.table().splitlines()[0] in result.stdout
     if "--no-repeat-ngram" in arguments:
         assert stored.settings["no_repeat_ngram"] == 2
+    if task == "infill":  # the guards as the fills ran: an unset one at Magnet.infill's default (off)
+        assert stored.settings["resample_copies"] == (4 if "--resample-copies" in arguments else 0)
+        assert stored.settings["copy_guard"] == 0
 
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl"])

@@ -128,3 +128,58 @@ def test_front_ends_pass_on_only_the_guards_their_user_set():
     assert given_guards(no_repeat_ngram=None, copy_guard=None) == {}
     assert given_guards(no_repeat_ngram=0, copy_guard=None) == {"no_repeat_ngram": 0}
     assert given_guards(no_repeat_ngram=None, copy_guard=7) == {"copy_guard": 7}
+
+
+def test_copies_text_looks_for_a_run_of_words_inside_one_side():
+    from magnetsdk.infilling import copies_segments, copies_text
+
+    assert copies_text(" the capital of France is big", ["x", "Paris , the Capital of France is old"])
+    assert not copies_text(
+        " of France is big today", ["the capital of", "France is big today"]
+    )  # across sides
+    assert not copies_text(" four words only here", ["four words only here"])  # shorter than 5 words
+    assert copies_text(" a b c", ["x a b c y"], n=3)
+    assert copies_segments([" fine", " one two three four five"], ["one two three four five six", ""])
+    assert not copies_segments([" fine"], ["one two three four five six", ""])
+
+
+COPYING = "b b b b b b b b [GAP] b b b b b b"  # a tiny random model's greedy fill repeats " b"
+
+
+def test_resample_copies_replaces_a_fill_that_copies_with_the_likeliest_that_does_not(llama_magnet):
+    from magnetsdk.infilling import copies_segments, split_gaps
+
+    magnet = llama_magnet
+    segments = split_gaps(COPYING, "[GAP]")
+    plain = magnet.infill(COPYING, max_new_tokens=12)
+    assert copies_segments(plain.spans, segments) and not plain.resampled
+    fixed = magnet.infill(COPYING, max_new_tokens=12, resample_copies=8)
+    assert fixed.resampled and not copies_segments(fixed.spans, segments)
+    assert fixed.candidates and fixed.candidates[0].spans == fixed.spans
+    assert not any(copies_segments(c.spans, segments) for c in fixed.candidates)
+    scores = [c.log_likelihood for c in fixed.candidates]
+    assert scores == sorted(scores, reverse=True)
+    # Unseeded, the samples are seeded 0: a greedy call stays reproducible.
+    assert magnet.infill(COPYING, max_new_tokens=12, resample_copies=8) == fixed
+    assert magnet.infill(COPYING, max_new_tokens=12, resample_copies=8, seed=0) == fixed
+    assert magnet.infill(COPYING, max_new_tokens=12, resample_copies=8, seed=5) != fixed
+
+
+def test_resample_copies_leaves_fills_that_do_not_copy_alone(llama_magnet):
+    from magnetsdk.infilling import copies_segments, split_gaps
+
+    texts = ["The cat [GAP] on the mat.", COPYING, "[GAP] is the capital of France."]
+    plain = llama_magnet.infill(texts, max_new_tokens=12)
+    fixed = llama_magnet.infill(texts, max_new_tokens=12, resample_copies=4)
+    for text, before, after in zip(texts, plain, fixed, strict=True):
+        if copies_segments(before.spans, split_gaps(text, "[GAP]")):
+            assert after.resampled
+        else:
+            assert after == before and not after.resampled
+    assert [r.resampled for r in fixed] == [False, True, False]
+
+
+@pytest.mark.parametrize("count", [-1, True, 2.0])
+def test_bad_resample_counts_are_refused_by_name(llama_magnet, count):
+    with pytest.raises(ValueError, match="resample_copies="):
+        llama_magnet.infill("The cat [GAP] on the mat.", resample_copies=count)

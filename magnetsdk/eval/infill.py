@@ -26,7 +26,7 @@ reported either way, and ``"allow"`` measures how often the model itself would.
 
 from __future__ import annotations
 
-import re
+import inspect
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -37,13 +37,12 @@ import numpy as np
 
 from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.eval.scoring import ScoredSequence, perplexity, target_nll
-from magnetsdk.infilling import given_guards, has_line_break
+from magnetsdk.infilling import COPY_WORDS, copies_text, given_guards, has_line_break, words
 from magnetsdk.layout import InfillLayout, infill_layout, lay_out
 from magnetsdk.records import jsonl_rows, read_text
 
 # Span positions (1-based) grouped for the by-position perplexity: 1, 2, 3-4, 5-8, 9-16, 17+.
 POSITION_BUCKETS = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, None))
-COPY_WORDS = 5
 
 
 @dataclass
@@ -119,26 +118,19 @@ def by_position(nll: list[np.ndarray]) -> dict[str, float]:
     return out
 
 
-def _words(text: str) -> list[str]:
-    return re.findall(r"\w+", text.lower())
+def infill_default(magnet: Any, name: str) -> Any:
+    """``magnet.infill``'s default for the keyword ``name``."""
+    return inspect.signature(magnet.infill).parameters[name].default
 
 
 def copies_context(span: str, left: str, right: str, n: int = COPY_WORDS) -> bool:
     """Whether ``span`` contains a run of ``n`` words that also occurs in ``left`` or ``right``."""
-    words = _words(span)
-    if len(words) < n:
-        return False
-    grams = {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
-    for side in (left, right):
-        side_words = _words(side)
-        if grams & {tuple(side_words[i : i + n]) for i in range(len(side_words) - n + 1)}:
-            return True
-    return False
+    return copies_text(span, (left, right), n)
 
 
 def word_f1(generated: str, gold: str) -> float:
     """F1 of the two texts' words (lower-cased, as multisets): 1 when they share every word, 0 when none."""
-    ours, theirs = Counter(_words(generated)), Counter(_words(gold))
+    ours, theirs = Counter(words(generated)), Counter(words(gold))
     shared = sum((ours & theirs).values())
     if not shared:
         return 0.0
@@ -159,6 +151,7 @@ def evaluate_infill(
     line_breaks: str = "auto",
     no_repeat_ngram: int | None = None,
     copy_guard: int | None = None,
+    resample_copies: int | None = None,
 ) -> EvalResult:
     """Span perplexity with both sides in each layout (default: the model's own), the shuffled-right
     control, and the left side only; optionally greedy fills of the first ``generate`` items."""
@@ -240,7 +233,9 @@ def evaluate_infill(
                 candidates=candidates,
                 seed=0,
                 line_breaks=line_breaks,
-                **given_guards(no_repeat_ngram=no_repeat_ngram, copy_guard=copy_guard),
+                **given_guards(
+                    no_repeat_ngram=no_repeat_ngram, copy_guard=copy_guard, resample_copies=resample_copies
+                ),
             )
             closed = [len(r.span_ids[0]) < max_new_tokens for r in filled]
             empty = [not r.spans[0].strip() for r in filled]
@@ -249,7 +244,9 @@ def evaluate_infill(
                 copies_context(r.spans[0], i.left, i.right) for i, r in zip(picked, filled, strict=True)
             ]
             overlap = [word_f1(r.spans[0], i.span) for i, r in zip(picked, filled, strict=True)]
+            resampled = [r.resampled for r in filled]
             figures[f"gold_f1[{layout.name}]"] = float(np.mean(overlap))
+            figures[f"resampled_rate[{layout.name}]"] = float(np.mean(resampled))
             figures[f"closed_rate[{layout.name}]"] = float(np.mean(closed))
             figures[f"copy_rate[{layout.name}]"] = float(np.mean(copied))
             figures[f"empty_rate[{layout.name}]"] = float(np.mean(empty))
@@ -263,6 +260,7 @@ def evaluate_infill(
                     "closed": c,
                     "copies": k,
                     "gold_f1": f,
+                    "resampled": r.resampled,
                 }
                 for i, r, c, k, f in zip(picked, filled, closed, copied, overlap, strict=True)
             ]
@@ -272,6 +270,7 @@ def evaluate_infill(
             figures["empty_rate"] = figures[f"empty_rate[{chosen[0].name}]"]
             figures["line_break_rate"] = figures[f"line_break_rate[{chosen[0].name}]"]
             figures["gold_f1"] = figures[f"gold_f1[{chosen[0].name}]"]
+            figures["resampled_rate"] = figures[f"resampled_rate[{chosen[0].name}]"]
 
     headers = ["context", "layout", "span perplexity", "/ left only", "shuffled right", "span tokens"]
     if generate > 0:
@@ -295,8 +294,15 @@ def evaluate_infill(
             "max_new_tokens": max_new_tokens,
             "candidates": candidates,
             "line_breaks": line_breaks,
-            "no_repeat_ngram": no_repeat_ngram,
-            "copy_guard": copy_guard,
+            # The guards as the fills ran: unset ones at Magnet.infill's defaults.
+            **{
+                name: infill_default(magnet, name) if value is None else value
+                for name, value in (
+                    ("no_repeat_ngram", no_repeat_ngram),
+                    ("copy_guard", copy_guard),
+                    ("resample_copies", resample_copies),
+                )
+            },
             "layouts": [layout.name for layout in chosen],
             "scored_tokens": "span tokens only; the END token is excluded so every perplexity averages "
             "over exactly the same tokens",
