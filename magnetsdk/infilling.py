@@ -15,9 +15,10 @@ candidates, each whole filled text is scored by the same weights read causally (
 the fill whose text is most likely wins: :func:`fill_log_likelihood`. The right side then votes
 through every one of its tokens, which is what the decode order alone cannot give.
 
-Copies (``Magnet.infill(resample_copies=N)``): a fill that restates a run of :data:`COPY_WORDS`
-words of its own text (the left side again, or the right side early) is replaced by the likeliest of
-N sampled fills that do not, ranked as candidates are. The fills that do not copy are left alone, and
+Copies (``Magnet.infill(resample_copies=N)``, :mod:`magnetsdk.copies`): a fill that restates a
+run of :data:`~magnetsdk.copies.COPY_WORDS` words of its own text (the left side again, or the
+right side early) is replaced by the likeliest of N sampled fills that do not, ranked as candidates
+are. The fills that do not copy are left alone, and
 no token is banned inside the decode: a ban (``copy_guard=``) makes the model respell the names it
 would have copied (docs/results.md, "A copy guard, measured and not made the default").
 
@@ -37,13 +38,11 @@ from typing import Any
 import torch
 
 from magnetsdk.checks import check_line_breaks
+from magnetsdk.copies import context_runs, copies_segments
 from magnetsdk.decoding import Prompt, Sampling, check_decoding, decode
 from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, lay_out
 
 DEFAULT_GAP_MARKER = "[GAP]"
-# A fill copies its text when it holds a run of this many of the text's words (``magnet eval infill``
-# reports the share that do; ``Magnet.infill(resample_copies=N)`` replaces them).
-COPY_WORDS = 5
 
 
 def given_guards(**guards: int | None) -> dict[str, int]:
@@ -57,23 +56,6 @@ def given_guards(**guards: int | None) -> dict[str, int]:
 
 def has_line_break(text: str) -> bool:
     return "\n" in text or "\r" in text
-
-
-def words(text: str) -> list[str]:
-    return re.findall(r"\w+", text.lower())
-
-
-def copies_text(span: str, sides: Sequence[str], n: int = COPY_WORDS) -> bool:
-    """Whether ``span`` holds a run of ``n`` words that also occurs inside one of ``sides``."""
-    found = words(span)
-    if len(found) < n:
-        return False
-    grams = {tuple(found[i : i + n]) for i in range(len(found) - n + 1)}
-    for side in sides:
-        side_words = words(side)
-        if any(tuple(side_words[i : i + n]) in grams for i in range(len(side_words) - n + 1)):
-            return True
-    return False
 
 
 def line_break_ids(tokenizer) -> frozenset[int]:
@@ -209,14 +191,6 @@ def candidate_sampling(
     return Sampling(temperature, top_p, sampling.repetition_penalty, sampling.seed, sampling.no_repeat_ngram)
 
 
-def check_resample_copies(count: int) -> None:
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise ValueError(
-            f"resample_copies={count!r} must be an integer of at least 0: how many fills to sample "
-            "for a fill that copies its text (0: off)"
-        )
-
-
 # A span's final punctuation, and the marks after which a shorter span may end (a clause boundary).
 CLOSING_PUNCTUATION = ".,;:!?"
 
@@ -235,11 +209,6 @@ def shorter_spans(span: str) -> list[str]:
             if option.strip() and option != span and option not in found:
                 found.append(option)
     return found
-
-
-def copies_segments(spans: Sequence[str], segments: Sequence[str]) -> bool:
-    """Whether any of a text's fills holds a run of :data:`COPY_WORDS` words of its context."""
-    return any(copies_text(span, segments) for span in spans)
 
 
 def best_fill(
@@ -353,18 +322,6 @@ class SpanProgram:
         if self.layout.span_token:
             self.force = self.tokens.span_id
         return self.tokens.end_id
-
-
-def context_runs(segments: Sequence[Sequence[int]], size: int) -> dict[tuple[int, ...], frozenset[int]]:
-    """Each run of ``size - 1`` tokens inside one context segment -> the tokens that follow it there.
-
-    A span that has just written such a run may not write one of those tokens next, so no span
-    holds a ``size``-token run of its text's context (the copy guard)."""
-    found: dict[tuple[int, ...], set[int]] = {}
-    for segment in segments:
-        for start in range(len(segment) - size + 1):
-            found.setdefault(tuple(segment[start : start + size - 1]), set()).add(segment[start + size - 1])
-    return {run: frozenset(after) for run, after in found.items()}
 
 
 def decode_spans(

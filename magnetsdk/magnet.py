@@ -33,6 +33,7 @@ from magnetsdk.checks import (
 )
 from magnetsdk.config import MagnetConfig, Pooling, choice
 from magnetsdk.context_cache import ContextCache
+from magnetsdk.copies import check_resample_copies, copies_segments
 from magnetsdk.decoding import Sampling, check_decoding, check_run_length
 from magnetsdk.encoding import embed, fit_embeddings, pad_id, prepare, special_prefix
 from magnetsdk.forward import lm_head
@@ -42,8 +43,6 @@ from magnetsdk.infilling import (
     InfillResult,
     best_fill,
     candidate_sampling,
-    check_resample_copies,
-    copies_segments,
     decode_spans,
     line_break_ids,
     may_break_lines,
@@ -401,7 +400,7 @@ class Magnet:
         the span tokens decoded so far. ``copy_guard=N`` (N >= 2; 0 is off) keeps every span from
         holding a run of N tokens of its own text (either side of any gap): it bans tokens inside
         the decode. ``resample_copies=N`` (0 is off) leaves the decode alone: a fill that holds a
-        run of :data:`~magnetsdk.infilling.COPY_WORDS` words of its own text is replaced by the
+        run of :data:`~magnetsdk.copies.COPY_WORDS` words of its own text is replaced by the
         likeliest of N fills sampled at ``candidate_temperature`` / ``candidate_top_p`` that does
         not (ranked as ``candidates`` are; ``InfillResult.resampled`` says so), and stays when
         every one copies. Its samples are seeded ``seed`` (0 when unseeded, so a greedy call stays

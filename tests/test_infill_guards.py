@@ -68,7 +68,7 @@ def test_infill_passes_the_guard_through(llama_magnet):
 
 
 def test_context_runs_map_each_run_to_what_follows_it():
-    from magnetsdk.infilling import context_runs
+    from magnetsdk.copies import context_runs
 
     runs = context_runs([[1, 2, 3, 1, 2, 4], [7, 8]], 3)
     assert runs == {(1, 2): frozenset({3, 4}), (2, 3): frozenset({1}), (3, 1): frozenset({2})}
@@ -76,7 +76,8 @@ def test_context_runs_map_each_run_to_what_follows_it():
 
 
 def test_a_span_that_has_written_a_context_run_may_not_go_on_with_it():
-    from magnetsdk.infilling import SpanProgram, context_runs
+    from magnetsdk.copies import context_runs
+    from magnetsdk.infilling import SpanProgram
     from magnetsdk.layout import LayoutTokens, infill_layout
 
     tokens = LayoutTokens("m", "g", "s", "e", mask_id=4, gap_id=1, span_id=2, end_id=3)
@@ -131,7 +132,7 @@ def test_front_ends_pass_on_only_the_guards_their_user_set():
 
 
 def test_copies_text_looks_for_a_run_of_words_inside_one_side():
-    from magnetsdk.infilling import copies_segments, copies_text
+    from magnetsdk.copies import copies_segments, copies_text
 
     assert copies_text(" the capital of France is big", ["x", "Paris , the Capital of France is old"])
     assert not copies_text(
@@ -147,7 +148,8 @@ COPYING = "b b b b b b b b [GAP] b b b b b b"  # a tiny random model's greedy fi
 
 
 def test_resample_copies_replaces_a_fill_that_copies_with_the_likeliest_that_does_not(llama_magnet):
-    from magnetsdk.infilling import copies_segments, split_gaps
+    from magnetsdk.copies import copies_segments
+    from magnetsdk.infilling import split_gaps
 
     magnet = llama_magnet
     segments = split_gaps(COPYING, "[GAP]")
@@ -166,7 +168,8 @@ def test_resample_copies_replaces_a_fill_that_copies_with_the_likeliest_that_doe
 
 
 def test_resample_copies_leaves_fills_that_do_not_copy_alone(llama_magnet):
-    from magnetsdk.infilling import copies_segments, split_gaps
+    from magnetsdk.copies import copies_segments
+    from magnetsdk.infilling import split_gaps
 
     texts = ["The cat [GAP] on the mat.", COPYING, "[GAP] is the capital of France."]
     plain = llama_magnet.infill(texts, max_new_tokens=12)

@@ -35,9 +35,10 @@ from typing import Any
 
 import numpy as np
 
+from magnetsdk.copies import COPY_WORDS, copies_text, words
 from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.eval.scoring import ScoredSequence, perplexity, target_nll
-from magnetsdk.infilling import COPY_WORDS, copies_text, given_guards, has_line_break, words
+from magnetsdk.infilling import given_guards, has_line_break
 from magnetsdk.layout import InfillLayout, infill_layout, lay_out
 from magnetsdk.records import jsonl_rows, read_text
 

@@ -1,0 +1,58 @@
+"""What counts as a fill copying its own text, for the two copy rules of ``Magnet.infill``.
+
+- Words (``resample_copies=N``, and the copy rate ``magnet eval infill`` reports): a fill copies when
+  it holds a run of :data:`COPY_WORDS` words that also occurs inside one context segment of its text.
+- Tokens (``copy_guard=N``): :func:`context_runs` maps every run of N - 1 context tokens to the
+  tokens that follow it, so the decode can hold those back (``infilling.SpanProgram``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+# A fill copies its text when it holds a run of this many of the text's words (``magnet eval infill``
+# reports the share that do; ``Magnet.infill(resample_copies=N)`` replaces them).
+COPY_WORDS = 5
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def copies_text(span: str, sides: Sequence[str], n: int = COPY_WORDS) -> bool:
+    """Whether ``span`` holds a run of ``n`` words that also occurs inside one of ``sides``."""
+    found = words(span)
+    if len(found) < n:
+        return False
+    grams = {tuple(found[i : i + n]) for i in range(len(found) - n + 1)}
+    for side in sides:
+        side_words = words(side)
+        if any(tuple(side_words[i : i + n]) in grams for i in range(len(side_words) - n + 1)):
+            return True
+    return False
+
+
+def copies_segments(spans: Sequence[str], segments: Sequence[str]) -> bool:
+    """Whether any of a text's fills holds a run of :data:`COPY_WORDS` words of its context."""
+    return any(copies_text(span, segments) for span in spans)
+
+
+def check_resample_copies(count: int) -> None:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(
+            f"resample_copies={count!r} must be an integer of at least 0: how many fills to sample "
+            "for a fill that copies its text (0: off)"
+        )
+
+
+def context_runs(segments: Sequence[Sequence[int]], size: int) -> dict[tuple[int, ...], frozenset[int]]:
+    """Each run of ``size - 1`` tokens inside one context segment -> the tokens that follow it there.
+
+    A span that has just written such a run may not write one of those tokens next, so no span
+    holds a ``size``-token run of its text's context (the copy guard)."""
+    found: dict[tuple[int, ...], set[int]] = {}
+    for segment in segments:
+        for start in range(len(segment) - size + 1):
+            found.setdefault(tuple(segment[start : start + size - 1]), set()).add(segment[start + size - 1])
+    return {run: frozenset(after) for run, after in found.items()}
