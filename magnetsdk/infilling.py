@@ -18,9 +18,9 @@ through every one of its tokens, which is what the decode order alone cannot giv
 Copies (``Magnet.infill(resample_copies=N)``, :mod:`magnetsdk.copies`): a fill that restates a
 run of :data:`~magnetsdk.copies.COPY_WORDS` words of its own text (the left side again, or the
 right side early) is replaced by the likeliest of N sampled fills that do not, ranked as candidates
-are. The fills that do not copy are left alone, and
-no token is banned inside the decode: a ban (``copy_guard=``) makes the model respell the names it
-would have copied (docs/results.md, "A copy guard, measured and not made the default").
+are. The fills that do not copy are left alone, and no token is banned inside the decode: a ban
+(``copy_guard=``) makes the model respell the names it would have copied (docs/results.md, "A copy
+guard, measured and not made the default").
 
 Line breaks (``Magnet.infill(line_breaks=...)``): by default a fill may break a line only where its
 text holds a line break itself. A gap inside a line is filled within that line; without the rule a
@@ -246,12 +246,12 @@ def best_fill(
         for spans_v, ids_v in variants:
             text, written = join_filled(segments, spans_v, moved)
             fills.setdefault(text, (written, ids_v))  # the same text twice is scored once
-    # A gap is there because a word is missing: a fill of punctuation alone (" ,") can read as the
-    # likeliest text, so it is ranked only when no candidate holds a letter or digit.
     if without_copies:
         fills = {text: fill for text, fill in fills.items() if not copies_segments(fill[0], segments)}
         if not fills:
             return None
+    # A gap is there because a word is missing: a fill of punctuation alone (" ,") can read as the
+    # likeliest text, so it is ranked only when no candidate holds a letter or digit.
     worded = [text for text, (spans, _) in fills.items() if all(re.search(r"\w", s) for s in spans)]
     texts = worded or list(fills)
     scores = fill_log_likelihood(
