@@ -182,11 +182,17 @@ def candidate_sampling(
         )
     if candidates == 1:
         return None
+    return sample_settings(temperature, top_p, sampling, "or candidates=1")
+
+
+def sample_settings(temperature: float, top_p: float, sampling: Sampling, instead: str) -> Sampling:
+    """``sampling`` with the candidates' temperature and top-p: how ``Magnet.infill`` samples the
+    fills it ranks or resamples. ``instead`` ends the error that a temperature of 0 raises."""
     check_decoding(1, temperature, top_p)
     if temperature == 0:
         raise ValueError(
-            "candidate_temperature=0 would make every candidate the greedy fill; "
-            "give a temperature above 0 (e.g. 0.8) or candidates=1"
+            "candidate_temperature=0 would make every sampled fill the greedy one; "
+            f"give a temperature above 0 (e.g. 0.8) {instead}"
         )
     return Sampling(temperature, top_p, sampling.repetition_penalty, sampling.seed, sampling.no_repeat_ngram)
 

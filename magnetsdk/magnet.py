@@ -47,6 +47,7 @@ from magnetsdk.infilling import (
     line_break_ids,
     may_break_lines,
     move_spaces_into_gaps,
+    sample_settings,
     split_gaps,
 )
 from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, resolve_layout_tokens
@@ -426,8 +427,12 @@ class Magnet:
         ranking = candidate_sampling(candidates, candidate_temperature, candidate_top_p, sampling)
         resampling, first_resample = None, len(texts) * (candidates - 1)
         if resample_copies:
-            resampling = candidate_sampling(2, candidate_temperature, candidate_top_p, sampling)
-            resampling = replace(resampling, seed=0 if seed is None else seed)
+            resampling = sample_settings(
+                candidate_temperature,
+                candidate_top_p,
+                replace(sampling, seed=0 if seed is None else seed),
+                "or resample_copies=0",
+            )
         chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
         pieces, spaces = zip(*(move_spaces_into_gaps(split_gaps(t, gap_marker)) for t in texts), strict=True)
         check_line_breaks(line_breaks)

@@ -186,3 +186,10 @@ def test_resample_copies_leaves_fills_that_do_not_copy_alone(llama_magnet):
 def test_bad_resample_counts_are_refused_by_name(llama_magnet, count):
     with pytest.raises(ValueError, match="resample_copies="):
         llama_magnet.infill("The cat [GAP] on the mat.", resample_copies=count)
+
+
+def test_resampling_needs_a_sampling_temperature_and_says_how_to_turn_it_off(llama_magnet):
+    with pytest.raises(ValueError, match=r"candidate_temperature=0 .* or resample_copies=0"):
+        llama_magnet.infill("The cat [GAP] on the mat.", resample_copies=4, candidate_temperature=0)
+    # Off, the resampling settings are not used, so they are not checked either.
+    assert llama_magnet.infill("The cat [GAP] on the mat.", candidate_temperature=0, max_new_tokens=2).spans

@@ -73,7 +73,7 @@ def test_ranking_options_are_checked(llama_magnet):
         llama_magnet.infill(TEXT, candidates=0)
     with pytest.raises(ValueError, match="candidates=True"):
         llama_magnet.infill(TEXT, candidates=True)
-    with pytest.raises(ValueError, match="candidate_temperature=0 would make every candidate the greedy"):
+    with pytest.raises(ValueError, match="candidate_temperature=0 would make every sampled fill the greedy"):
         llama_magnet.infill(TEXT, candidates=2, candidate_temperature=0)
     with pytest.raises(ValueError, match="top_p"):
         llama_magnet.infill(TEXT, candidates=2, candidate_top_p=0)
