@@ -207,7 +207,28 @@ def _shown(path: str) -> str:
         return path
 
 
-def model_card(run: Path, command: str, adapter_prefix: Path, base_prefix: Path, size: int) -> str:
+PRECISIONS = {"bf16": "bf16 autocast", "no": "fp32"}
+
+
+def run_precision(run: Path, given: str | None) -> str:
+    """The precision the run trained in ("bf16" or "no"): recorded by the run, or ``--precision``
+    for a run trained before it was recorded (``mixed_precision = 'auto'`` resolves per machine)."""
+    training = json.loads((run / "magnet_config.json").read_text(encoding="utf-8")).get("training") or {}
+    recorded = training.get("mixed_precision_used")
+    given = {"fp32": "no"}.get(given, given)
+    if recorded and given and recorded != given:
+        raise SystemExit(f"--precision {given} contradicts the run's record ({recorded}): drop --precision")
+    if not (recorded or given):
+        raise SystemExit(
+            f"{run} does not record the precision it trained in (runs made before it was recorded): "
+            "give --precision bf16 or --precision fp32"
+        )
+    return recorded or given
+
+
+def model_card(
+    run: Path, command: str, adapter_prefix: Path, base_prefix: Path, size: int, precision: str
+) -> str:
     config = json.loads((run / "train_config.json").read_text(encoding="utf-8"))
     summary = run_summary(run)
     keys = ("recipe", "max_steps", "batch_size", "contrastive_batch_size", "max_length", "sscl_max_length",
@@ -249,7 +270,7 @@ projection of the 30 layers).
 
 ## How it was trained
 
-On this project's development machine: 2 CPU cores, one process, bf16 autocast
+On this project's development machine: 2 CPU cores, one process, {PRECISIONS[precision]}
 (`mixed_precision = {config.get("mixed_precision")!r}`).
 
 ```
@@ -291,11 +312,18 @@ def main() -> None:
     parser.add_argument("--base-eval", type=Path, required=True, help="prefix of the base's eval files")
     parser.add_argument("--into", type=Path, default=Path("magnetsdk/adapters/default"))
     parser.add_argument("--notes", type=Path, default=None, help="Markdown appended to the card")
+    parser.add_argument(
+        "--precision",
+        choices=["bf16", "fp32"],
+        default=None,
+        help="what the run trained in, for a run that does not record it",
+    )
     args = parser.parse_args()
 
     for name in (WEIGHTS, "adapter_config.json", "magnet_config.json", "train_config.json"):
         if not (args.run / name).is_file():
             raise SystemExit(f"{args.run} has no {name}: is it a finished magnet train output dir?")
+    precision = run_precision(args.run, args.precision)
     size = 0
 
     def stage(tmp: Path) -> Manifest:
@@ -313,7 +341,7 @@ def main() -> None:
         adapter_config["base_model_name_or_path"] = "SmolLM2-135M-Instruct"
         (tmp / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2) + "\n")
         size = (tmp / WEIGHTS).stat().st_size
-        card = model_card(args.run, args.command, args.adapter_eval, args.base_eval, size)
+        card = model_card(args.run, args.command, args.adapter_eval, args.base_eval, size, precision)
         if args.notes is not None:
             card += "\n" + args.notes.read_text(encoding="utf-8").strip() + "\n"
         (tmp / "README.md").write_text(card, encoding="utf-8")

@@ -68,9 +68,15 @@ def test_training_lowers_the_losses_and_exports_a_model_that_loads(
 
 @pytest.mark.parametrize("recipe", ["llm2vec", "meap", "msg-only"])
 def test_other_recipes_run_and_record_how_to_encode(tmp_path, base_dir, data_file, recipe, train_config):
-    result = train(train_config(tmp_path, base_dir, data_file, recipe=recipe))
+    from magnetsdk.train.startup import cpu_has_native_bf16, pick_mixed_precision
+
+    config = train_config(tmp_path, base_dir, data_file, recipe=recipe)
+    result = train(config)
     saved = json.loads((result.output_dir / "magnet_config.json").read_text())
     assert saved["training"]["recipe"] == recipe
+    # The precision the run used, not the setting ("auto" resolves per machine): the model card reads it.
+    used = pick_mixed_precision(config.mixed_precision, True, cpu_has_native_bf16()).value
+    assert saved["training"]["mixed_precision_used"] == used != "auto"
     expected = {
         "llm2vec": ("bidirectional", "last"),
         "meap": ("causal", "mean"),

@@ -292,6 +292,8 @@ class _Run(RunSetup):
             "steps": config.max_steps,
             "processes": self.world,
             "engine": self.accelerator.distributed_type.value,  # NO, MULTI_CPU/MULTI_GPU (DDP) or FSDP
+            # What mixed_precision="auto" resolved to on this machine: "bf16" (autocast) or "no" (fp32).
+            "mixed_precision_used": str(self.accelerator.mixed_precision),
             "global_batch": config.batch_size * self.world * config.gradient_accumulation,
             "final_losses": result.losses,
             "wall_s_last_session": round(result.wall_s, 1),

@@ -1,0 +1,38 @@
+"""scripts/ship_adapter.py: what the model card says about how the run was trained."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+
+def load_script():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "ship_adapter.py"
+    spec = importlib.util.spec_from_file_location("ship_adapter", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_dir(tmp_path: Path, training: dict) -> Path:
+    (tmp_path / "magnet_config.json").write_text(json.dumps({"training": training}))
+    return tmp_path
+
+
+def test_the_card_states_the_precision_the_run_recorded(tmp_path):
+    ship = load_script()
+    assert ship.run_precision(run_dir(tmp_path, {"mixed_precision_used": "no"}), None) == "no"
+    assert ship.PRECISIONS[ship.run_precision(tmp_path, "fp32")] == "fp32"  # agrees with the record
+    with pytest.raises(SystemExit, match="contradicts the run's record"):
+        ship.run_precision(tmp_path, "bf16")
+
+
+def test_a_run_that_does_not_record_its_precision_needs_it_given(tmp_path):
+    ship = load_script()
+    run = run_dir(tmp_path, {"recipe": "magnet"})
+    with pytest.raises(SystemExit, match="give --precision bf16 or --precision fp32"):
+        ship.run_precision(run, None)
+    assert ship.PRECISIONS[ship.run_precision(run, "bf16")] == "bf16 autocast"
