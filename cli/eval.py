@@ -25,6 +25,7 @@ from magnetsdk.cli.options import (
     no_repeat_ngram_option,
     open_magnet,
     resample_copies_option,
+    resample_ranking_option,
 )
 from magnetsdk.cli.output import emit, format_option
 
@@ -307,6 +308,7 @@ def repetition(
 @no_repeat_ngram_option
 @copy_guard_option
 @resample_copies_option
+@resample_ranking_option
 @_common
 def infill(
     file,
@@ -319,6 +321,7 @@ def infill(
     no_repeat_ngram,
     copy_guard,
     resample_copies,
+    resample_ranking,
     limit,
     output,
     fmt,
@@ -350,6 +353,7 @@ def infill(
             no_repeat_ngram=no_repeat_ngram,
             copy_guard=copy_guard,
             resample_copies=resample_copies,
+            resample_ranking=resample_ranking,
         ),
     )
 

@@ -10,6 +10,7 @@ import click
 from magnetsdk.cli.errors import fail
 
 from magnetsdk.checks import LINE_BREAKS
+from magnetsdk.copies import RESAMPLE_RANKINGS
 
 
 def model_options(command: Callable) -> Callable:
@@ -75,6 +76,14 @@ resample_copies_option = click.option(
     type=click.IntRange(min=0),
     help="A fill that copies 5 words of its own text is replaced by the likeliest of this many sampled "
     "fills that does not (0: off) [default: Magnet.infill's].",
+)
+# ``Magnet.infill(resample_ranking=...)``.
+resample_ranking_option = click.option(
+    "--resample-ranking",
+    default=None,
+    type=click.Choice(RESAMPLE_RANKINGS),
+    help="How --resample-copies ranks its fills: total (with shorter cuts, summed log-likelihood) or "
+    "per-token (whole fills, mean log-likelihood per token) [default: Magnet.infill's].",
 )
 
 

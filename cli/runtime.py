@@ -15,6 +15,7 @@ from magnetsdk.cli.options import (
     no_repeat_ngram_option,
     open_magnet,
     resample_copies_option,
+    resample_ranking_option,
 )
 from magnetsdk.cli.output import emit, format_option, print_fields, print_table
 
@@ -124,6 +125,7 @@ def encode(
 @no_repeat_ngram_option
 @copy_guard_option
 @resample_copies_option
+@resample_ranking_option
 @_FORMAT
 def infill(
     texts,
@@ -144,6 +146,7 @@ def infill(
     no_repeat_ngram,
     copy_guard,
     resample_copies,
+    resample_ranking,
     fmt,
 ):
     """Fill the gaps marked in each text (default marker: [GAP]) using both sides."""
@@ -167,7 +170,10 @@ def infill(
             candidates=candidates,
             line_breaks=line_breaks,
             **given_guards(
-                no_repeat_ngram=no_repeat_ngram, copy_guard=copy_guard, resample_copies=resample_copies
+                no_repeat_ngram=no_repeat_ngram,
+                copy_guard=copy_guard,
+                resample_copies=resample_copies,
+                resample_ranking=resample_ranking,
             ),
         )
     except (TypeError, ValueError) as error:
@@ -178,6 +184,7 @@ def infill(
                 "no_repeat_ngram": "--no-repeat-ngram",
                 "copy_guard": "--copy-guard",
                 "resample_copies": "--resample-copies",
+                "resample_ranking": "--resample-ranking",
             },
         ) from None
     records = [{"input": t, "text": r.text, "spans": r.spans} for t, r in zip(items, results, strict=True)]

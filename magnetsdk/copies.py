@@ -38,6 +38,21 @@ def copies_segments(spans: Sequence[str], segments: Sequence[str]) -> bool:
     return any(copies_text(span, segments) for span in spans)
 
 
+# How ``Magnet.infill(resample_copies=N)`` ranks the fills that may replace a copy. "total": as
+# ``candidates=`` ranks, each fill and its ``infilling.shorter_spans`` cuts by summed log-likelihood,
+# which a short text wins (" In 1985," before a whole sentence). "per-token": the decoded fills
+# alone, by mean log-likelihood per scored token (docs/results.md, "Resampling fills that copy").
+RESAMPLE_RANKINGS = ("total", "per-token")
+
+
+def check_resample_ranking(ranking: str) -> None:
+    if ranking not in RESAMPLE_RANKINGS:
+        raise ValueError(
+            f"resample_ranking={ranking!r} is not one of {', '.join(RESAMPLE_RANKINGS)}: how the sampled "
+            "fills that may replace a copy are ranked"
+        )
+
+
 def check_resample_copies(count: int) -> None:
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(

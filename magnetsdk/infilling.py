@@ -45,8 +45,8 @@ from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, lay_out
 DEFAULT_GAP_MARKER = "[GAP]"
 
 
-def given_guards(**guards: int | None) -> dict[str, int]:
-    """The fill guards a caller set (``no_repeat_ngram=``, ``copy_guard=``), unset ones left out.
+def given_guards(**guards: int | str | None) -> dict[str, int | str]:
+    """The fill guards a caller set (``no_repeat_ngram=``, ``copy_guard=``, ...), unset ones left out.
 
     A front end (the CLI, ``magnet eval infill``) passes on only what its user asked for, so that
     ``Magnet.infill``'s own defaults stay the one place where an unset guard is decided.
@@ -106,8 +106,10 @@ def fill_log_likelihood(
     context: int = RANK_CONTEXT,
     after: int = RANK_AFTER,
     batch_size: int = 8,
+    per_token: bool = False,
 ) -> list[float]:
-    """The causal log-likelihood (natural log, summed) of where each of ``texts`` differs from the others.
+    """The causal log-likelihood (natural log, summed; ``per_token``: averaged over the scored
+    tokens) of where each of ``texts`` differs from the others.
 
     The texts are fills of one text. Each is scored from the first token where they differ to
     ``after`` tokens into the ending they all share, read after ``prefix`` and at most ``context``
@@ -132,7 +134,8 @@ def fill_log_likelihood(
         window = full[begin:end]
         targets = list(range(start - begin - 1, end - begin - 1))
         sequences.append(ScoredSequence(window, targets, full[start:end]))
-    return [-float(nll.sum()) for nll in target_nll(model, sequences, "causal", pad_id, batch_size)]
+    scored = target_nll(model, sequences, "causal", pad_id, batch_size)
+    return [-float(nll.mean() if per_token else nll.sum()) for nll in scored]
 
 
 def split_gaps(text: str, marker: str) -> list[str]:
@@ -224,6 +227,7 @@ def best_fill(
     moved: list[str],
     ranked: bool,
     without_copies: bool = False,
+    ranking: str = "total",
 ) -> InfillResult | None:
     """One text's result: its only fill, or the most likely of its candidates.
 
@@ -231,7 +235,9 @@ def best_fill(
     fills and, for each, every :func:`shorter_spans` variant of one gap at a time; the filled texts
     are scored by :func:`fill_log_likelihood` and the first of the best wins. ``candidates`` lists
     the fills that were ranked, most likely first. ``without_copies`` ranks only the fills that do
-    not copy their text (:func:`copies_segments`) and returns ``None`` when every one does."""
+    not copy their text (:func:`copies_segments`) and returns ``None`` when every one does.
+    ``ranking="per-token"`` ranks the decoded fills alone, without their shorter variants, by their
+    mean log-likelihood per scored token (:data:`magnetsdk.copies.RESAMPLE_RANKINGS`)."""
     tokenizer = magnet.tokenizer
     decoded = [[tokenizer.decode(s, skip_special_tokens=True) for s in ids] for ids in options]
     if not ranked:
@@ -240,7 +246,7 @@ def best_fill(
     fills: dict[str, tuple[list[str], list[list[int]]]] = {}  # filled text -> (spans, span ids)
     for spans, ids in zip(decoded, options, strict=True):
         variants = [(spans, ids)]
-        for gap, span in enumerate(spans):
+        for gap, span in enumerate(spans if ranking == "total" else []):
             for shorter in shorter_spans(span):
                 cut = [*spans[:gap], shorter, *spans[gap + 1 :]]
                 cut_ids = [
@@ -266,6 +272,7 @@ def best_fill(
         magnet.prefix,
         magnet.pad_id,
         batch_size=16,
+        per_token=ranking == "per-token",
     )
     order = sorted(range(len(texts)), key=lambda i: -scores[i])  # a stable sort: earlier wins ties
     best = texts[order[0]]

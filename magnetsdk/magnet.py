@@ -33,7 +33,7 @@ from magnetsdk.checks import (
 )
 from magnetsdk.config import MagnetConfig, Pooling, choice
 from magnetsdk.context_cache import ContextCache
-from magnetsdk.copies import check_resample_copies, copies_segments
+from magnetsdk.copies import check_resample_copies, check_resample_ranking, copies_segments
 from magnetsdk.decoding import Sampling, check_decoding, check_run_length
 from magnetsdk.encoding import embed, fit_embeddings, pad_id, prepare, special_prefix
 from magnetsdk.forward import lm_head
@@ -377,6 +377,7 @@ class Magnet:
         no_repeat_ngram: int = 0,
         copy_guard: int = 0,
         resample_copies: int = 0,
+        resample_ranking: str = "total",
         layout: InfillLayout | str | None = None,
         candidates: int = 1,
         candidate_temperature: float = 0.8,
@@ -406,6 +407,9 @@ class Magnet:
         not (ranked as ``candidates`` are; ``InfillResult.resampled`` says so), and stays when
         every one copies. Its samples are seeded ``seed`` (0 when unseeded, so a greedy call stays
         reproducible) + ``len(texts) * (candidates - 1) + i * N + k`` for text ``i``.
+        ``resample_ranking``: ``"total"`` ranks those fills and their shorter cuts by summed
+        log-likelihood, as ``candidates`` are ranked; ``"per-token"`` ranks the sampled fills alone,
+        as decoded, by mean log-likelihood per scored token, which a short fragment does not win.
 
         ``line_breaks``: ``"auto"`` lets a text's fills break a line only when the text holds a line
         break itself (a gap inside a line is filled within it); ``"allow"`` always, ``"forbid"`` never.
@@ -424,6 +428,7 @@ class Magnet:
         sampling = Sampling(temperature, top_p, repetition_penalty, seed, no_repeat_ngram)
         check_run_length(copy_guard, "copy_guard")
         check_resample_copies(resample_copies)
+        check_resample_ranking(resample_ranking)
         ranking = candidate_sampling(candidates, candidate_temperature, candidate_top_p, sampling)
         resampling, first_resample = None, len(texts) * (candidates - 1)
         if resample_copies:
@@ -492,7 +497,15 @@ class Magnet:
                             resampling,
                             first_resample + row * resample_copies,
                         )
-                        better = best_fill(self, segments, found, space, ranked=True, without_copies=True)
+                        better = best_fill(
+                            self,
+                            segments,
+                            found,
+                            space,
+                            ranked=True,
+                            without_copies=True,
+                            ranking=resample_ranking,
+                        )
                         if better is not None:
                             result = replace(better, resampled=True)
                     results.append(result)

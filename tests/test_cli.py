@@ -97,6 +97,8 @@ def test_infill_generate_info(model_dir):
     assert resampled.exit_code == 0 and json.loads(resampled.stdout) == plain  # this fill does not copy
     negative = run(*args, "--resample-copies", "-1", copying)
     assert negative.exit_code == 2 and "--resample-copies" in negative.output
+    unknown = run(*args, "--resample-copies", "4", "--resample-ranking", "mean", copying)
+    assert unknown.exit_code == 2 and "'mean' is not one of 'total', 'per-token'" in unknown.output
 
     generated = run("generate", "--model", model_dir, "--max-new-tokens", "4", "--temperature", "0", "Once")
     assert generated.exit_code == 0 and json.loads(generated.stdout)["prompt"] == "Once"

@@ -78,6 +78,11 @@ def run(*args: str):
             ["items.jsonl", "--generate", "2", "--max-new-tokens", "6", "--resample-copies", "4"],
             "resampled_rate",
         ),
+        (
+            "infill",
+            ["items.jsonl", "--generate", "2", "--resample-copies", "4", "--resample-ranking", "per-token"],
+            "resampled_rate",
+        ),
         ("probe", ["train.conll", "train.conll"], "accuracy"),
         ("dependence", ["texts.txt", "--min-tokens", "4"], "bidirectional.after"),
         ("lm", ["texts.txt", "--context", "16"], "ppl"),
@@ -97,6 +102,8 @@ def test_each_task_writes_a_result_and_prints_its_table(model_dir, data, tmp_pat
     if task == "infill":  # the guards as the fills ran: an unset one at Magnet.infill's default (off)
         assert stored.settings["resample_copies"] == (4 if "--resample-copies" in arguments else 0)
         assert stored.settings["copy_guard"] == 0
+        ranking = "per-token" if "--resample-ranking" in arguments else "total"
+        assert stored.settings["resample_ranking"] == ranking
 
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl"])

@@ -182,6 +182,33 @@ def test_resample_copies_leaves_fills_that_do_not_copy_alone(llama_magnet):
     assert [r.resampled for r in fixed] == [False, True, False]
 
 
+def test_per_token_resampling_ranks_whole_fills_by_their_mean(llama_magnet):
+    from magnetsdk.copies import copies_segments
+    from magnetsdk.infilling import fill_log_likelihood, split_gaps
+
+    magnet = llama_magnet
+    segments = split_gaps(COPYING, "[GAP]")
+    total = magnet.infill(COPYING, max_new_tokens=12, resample_copies=8)
+    fixed = magnet.infill(COPYING, max_new_tokens=12, resample_copies=8, resample_ranking="per-token")
+    assert fixed.resampled and not copies_segments(fixed.spans, segments)
+    # The same eight samples: every fill ranked per token is one of them as decoded, while the
+    # summed ranking also ranks their shorter cuts, so it holds at least as many.
+    assert {tuple(c.spans) for c in fixed.candidates} <= {tuple(c.spans) for c in total.candidates}
+    assert len(fixed.candidates) <= len(total.candidates)
+    texts = [
+        magnet.tokenizer(f"b b b b b b b b{c.spans[0]} b b b b b b", add_special_tokens=False)["input_ids"]
+        for c in fixed.candidates
+    ]
+    means = fill_log_likelihood(magnet.model, texts, magnet.prefix, magnet.pad_id, per_token=True)
+    assert [c.log_likelihood for c in fixed.candidates] == pytest.approx(means, abs=1e-4)
+    assert means == sorted(means, reverse=True)
+
+
+def test_bad_resample_rankings_are_refused_by_name(llama_magnet):
+    with pytest.raises(ValueError, match="resample_ranking='mean' is not one of total, per-token"):
+        llama_magnet.infill("The cat [GAP] on the mat.", resample_copies=4, resample_ranking="mean")
+
+
 @pytest.mark.parametrize("count", [-1, True, 2.0])
 def test_bad_resample_counts_are_refused_by_name(llama_magnet, count):
     with pytest.raises(ValueError, match="resample_copies="):

@@ -133,4 +133,9 @@ def test_ranking_reads_a_window_around_where_the_fills_differ(llama_magnet):
         logp = logits[:-1].log_softmax(-1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
         by_hand.append(float(logp[15:].sum()))
     assert scores == pytest.approx(by_hand, abs=1e-3)
+    # Per token: the same sums over the same windows, divided by how many tokens each scored.
+    means = fill_log_likelihood(
+        llama_magnet.model, texts, [], llama_magnet.pad_id, context=16, after=8, per_token=True
+    )
+    assert means == pytest.approx([by_hand[0] / 10, by_hand[1] / 9], abs=1e-4)
     assert fill_log_likelihood(llama_magnet.model, [texts[0]], [], llama_magnet.pad_id) == [0.0]

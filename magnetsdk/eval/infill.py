@@ -153,6 +153,7 @@ def evaluate_infill(
     no_repeat_ngram: int | None = None,
     copy_guard: int | None = None,
     resample_copies: int | None = None,
+    resample_ranking: str | None = None,
 ) -> EvalResult:
     """Span perplexity with both sides in each layout (default: the model's own), the shuffled-right
     control, and the left side only; optionally greedy fills of the first ``generate`` items."""
@@ -235,7 +236,10 @@ def evaluate_infill(
                 seed=0,
                 line_breaks=line_breaks,
                 **given_guards(
-                    no_repeat_ngram=no_repeat_ngram, copy_guard=copy_guard, resample_copies=resample_copies
+                    no_repeat_ngram=no_repeat_ngram,
+                    copy_guard=copy_guard,
+                    resample_copies=resample_copies,
+                    resample_ranking=resample_ranking,
                 ),
             )
             closed = [len(r.span_ids[0]) < max_new_tokens for r in filled]
@@ -302,6 +306,7 @@ def evaluate_infill(
                     ("no_repeat_ngram", no_repeat_ngram),
                     ("copy_guard", copy_guard),
                     ("resample_copies", resample_copies),
+                    ("resample_ranking", resample_ranking),
                 )
             },
             "layouts": [layout.name for layout in chosen],
