@@ -1,8 +1,11 @@
-# The rule table of phase 11 (rule.md), from the result files; run from the repository root.
-import json, os
-P = "benchmarks/results/p11-2026-12-03/p11-{}.json"
-B = "benchmarks/results/p10-2026-12-03/p10fp32-{}.json"
-items = [
+"""The rule table of phase 11 (rule.md), from the result files; run from the repository root."""
+
+import json
+from pathlib import Path
+
+NEW = "benchmarks/results/p11-2026-12-03/p11-{}.json"
+OLD = "benchmarks/results/p10-2026-12-03/p10fp32-{}.json"
+ITEMS = [
     ("STS-B dev", "sts-dev", "sts-dev.spearman", ">=", 83.44),
     ("held-out even rows", "sts-heldout-select", "sts-heldout-select.spearman", ">=", 78.22),
     ("infill dev-all both/left", "infill-dev-all", "both_over_left", "<=", 0.936),
@@ -13,11 +16,20 @@ items = [
     ("perplexity", "lm", "ppl", "<=", 22.26),
     ("retrieval nDCG@10", "retrieval", "ndcg@10", ">=", 50.25),
 ]
-for label, task, key, op, th in items:
+
+
+def figure(pattern: str, task: str, key: str) -> float | None:
+    path = Path(pattern.format(task))
+    if not path.exists():
+        return None
     scale = 100 if "rep4" in key else 1
-    old = json.load(open(B.format(task)))["figures"][key] * scale
-    if not os.path.exists(P.format(task)):
-        print(f"{label:32} p10 {old:8.4f}  p11 (not yet)"); continue
-    new = json.load(open(P.format(task)))["figures"][key] * scale
-    ok = new >= th if op == ">=" else new <= th
-    print(f"{label:32} p10 {old:8.4f}  p11 {new:8.4f}  {op} {th}: {'holds' if ok else 'FAILS'}")
+    return json.loads(path.read_text())["figures"][key] * scale
+
+
+for label, task, key, op, threshold in ITEMS:
+    old, new = figure(OLD, task, key), figure(NEW, task, key)
+    if new is None:
+        print(f"{label:32} p10 {old:8.4f}  p11 (not yet)")
+        continue
+    holds = new >= threshold if op == ">=" else new <= threshold
+    print(f"{label:32} p10 {old:8.4f}  p11 {new:8.4f}  {op} {threshold}: {'holds' if holds else 'FAILS'}")
