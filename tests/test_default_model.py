@@ -86,7 +86,7 @@ def facts_known(magnet) -> int:
 
 
 def test_the_adapter_keeps_at_least_half_of_what_the_base_knows(default_magnet):
-    # A floor, not a target: the shipped adapter (phase 10, as phases 9 and 4) states 8 of the 16, phase 2 6, the
+    # A floor, not a target: the shipped adapter (phase 11, as phases 10, 9 and 4) states 8 of the 16, phase 2 6, the
     # base 10 (docs/results.md). A run that forgets more than half of the base's facts fails here.
     from magnetsdk import Magnet
 
@@ -163,7 +163,7 @@ def infill_facts_stated(results) -> list[bool]:
 
 
 def test_ranked_infills_state_the_fact_at_least_as_often_as_greedy_ones(default_magnet):
-    # Measured (docs/results.md): the shipped adapter (phase 10) greedy 13 of 16, ranked 14 (phase 9 12 / 13).
+    # Measured (docs/results.md): the shipped adapter (phase 11) greedy 13 of 16, ranked 14 (as phase 10; phase 9 12 / 13).
     texts = [t for t, _ in INFILL_FACTS]
     greedy = default_magnet.infill(texts, max_new_tokens=8)
     ranked = default_magnet.infill(texts, max_new_tokens=8, candidates=8, seed=0)
