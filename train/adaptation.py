@@ -24,7 +24,11 @@ from magnetsdk.train.config import TrainConfig
 
 
 def make_trainable(model: torch.nn.Module, config: TrainConfig, new_token_ids: list[int]) -> torch.nn.Module:
-    """Return the model to train: a peft model with LoRA adapters, or ``model`` itself (full)."""
+    """Return the model to train: a peft model with LoRA adapters, or ``model`` itself (full).
+
+    ``new_token_ids``: the embedding rows that train beside LoRA (added layout tokens, and the
+    reused ones under ``train_layout_tokens``).
+    """
     if config.full_finetune:
         for parameter in model.parameters():
             parameter.requires_grad_(True)
@@ -99,6 +103,11 @@ def load_initial_adapter(trained: torch.nn.Module, config: TrainConfig) -> dict[
             "train with the tokenizer and layout tokens of the adapter's run",
         ),
     }
+    # An adapter that kept the base's rows of reused layout tokens may start a run that trains
+    # them (train_layout_tokens): those rows start from the base's.
+    rows_start_from_base = bool(config.train_layout_tokens and saved.get("trainable_token_indices") is None)
+    if rows_start_from_base:
+        del wanted["trainable_token_indices"]
     differ = [(name, theirs, ours, fix) for name, (theirs, ours, fix) in wanted.items() if theirs != ours]
     if differ:
         raise ValueError(
@@ -107,7 +116,10 @@ def load_initial_adapter(trained: torch.nn.Module, config: TrainConfig) -> dict[
         )
     data = (directory / ADAPTER_WEIGHTS).read_bytes()  # read once: the weights and their hash
     weights = load(data)
-    expected = set(get_peft_model_state_dict(trained))  # what saving this model would write
+    current = get_peft_model_state_dict(trained)  # what saving this model would write
+    if rows_start_from_base:  # the token rows keep their fresh (base) values
+        weights = {**{k: v for k, v in current.items() if "trainable_tokens" in k}, **weights}
+    expected = set(current)
     missing, extra = sorted(expected - set(weights)), sorted(set(weights) - expected)
     if missing or extra:
         raise ValueError(

@@ -156,6 +156,11 @@ class TrainConfig:
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.05
+    # Train the embedding rows (tied to the LM head) of the layout tokens even when they are reused
+    # reserved tokens. SmolLM2's reserved tokens share one row, close to EOS's (cosine 0.99): without
+    # this, mask, gap, span and end look alike as inputs, and every END target also raises EOS
+    # (docs/results.md, "The layout tokens share one embedding"). Added tokens always train. LoRA only.
+    train_layout_tokens: bool = False
     lora_target_modules: list[str] | str | None = None  # None: the recipe's ("all-linear" mostly)
     gradient_checkpointing: bool = False
     mixed_precision: MixedPrecision = MixedPrecision.AUTO
@@ -323,6 +328,11 @@ class TrainConfig:
             )
 
     def _check_init_adapter(self) -> None:
+        if self.train_layout_tokens and self.full_finetune:
+            raise ValueError(
+                "train_layout_tokens trains the layout tokens' rows beside LoRA; a full fine-tune trains "
+                "every row already: drop train_layout_tokens, or set full_finetune=false"
+            )
         if self.init_adapter and self.full_finetune:
             raise ValueError(
                 f"init_adapter={self.init_adapter!r} starts LoRA from an adapter's weights; a full fine-tune "

@@ -216,6 +216,11 @@ class RunSetup:
             fit_embeddings(model, tokenizer)
         self.tokens_added = bool(added)
         self.new_ids = [tokenizer.convert_tokens_to_ids(t) for t in added]
+        layout_ids = [self.layout.mask_id, self.layout.gap_id, self.layout.span_id, self.layout.end_id]
+        # The embedding rows that train beside LoRA: added tokens always, reused ones on request.
+        self.token_ids = sorted(
+            set(self.new_ids) | (set(layout_ids) if config.train_layout_tokens else set())
+        )
         return model
 
     def _make_trainable(self, model) -> None:
@@ -223,7 +228,7 @@ class RunSetup:
         # generator (paraphrase generation does, a warm cache does not), and the LoRA
         # initialisation must be the same either way, and on every process.
         seed_everything(self.config.seed)
-        self.trained = make_trainable(model.to(self.home), self.config, self.new_ids)
+        self.trained = make_trainable(model.to(self.home), self.config, self.token_ids)
         self.init_adapter = (
             load_initial_adapter(self.trained, self.config) if self.config.init_adapter else None
         )

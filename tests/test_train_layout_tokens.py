@@ -1,0 +1,105 @@
+"""Reused layout tokens: their embedding rows stay the base's by default and train under ``train_layout_tokens``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from magnetsdk.train.trainer import train
+
+from magnetsdk import Magnet
+from magnetsdk.layout import RESERVED_CANDIDATES
+from magnetsdk.testing import tiny_model, tiny_tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# SmolLM2's reserved tokens, which the layout reuses (the last candidate of each role).
+RESERVED = {role: candidates[-1] for role, candidates in RESERVED_CANDIDATES.items()}
+
+
+@pytest.fixture(scope="module")
+def reserved_base(tmp_path_factory):
+    """A tiny base whose tokenizer already holds the reserved tokens, all four with one shared row, as in SmolLM2."""
+    directory = tmp_path_factory.mktemp("reserved-base")
+    tokenizer = tiny_tokenizer()
+    tokenizer.add_special_tokens(
+        {"additional_special_tokens": list(RESERVED.values())}, replace_extra_special_tokens=False
+    )
+    model = tiny_model()
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in RESERVED.values()]
+    assert max(ids) < model.get_input_embeddings().weight.shape[0]
+    with torch.no_grad():
+        rows = model.get_input_embeddings().weight
+        rows[ids] = rows[ids[0]].clone()
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return str(directory)
+
+
+def _layout_rows(magnet: Magnet) -> torch.Tensor:
+    layout = magnet.layout
+    ids = [layout.mask_id, layout.gap_id, layout.span_id, layout.end_id]
+    return magnet.model.get_input_embeddings().weight[ids].detach().clone()
+
+
+def test_reused_layout_tokens_keep_the_base_rows_unless_asked(
+    tmp_path, reserved_base, data_file, train_config
+):
+    base = Magnet.from_pretrained(reserved_base, device="cpu")
+    assert base.layout.strings() == RESERVED  # reused, nothing added
+    before = _layout_rows(base)
+
+    kept = train(train_config(tmp_path / "kept", reserved_base, data_file, lora_r=4, lora_alpha=8))
+    assert torch.equal(_layout_rows(Magnet.from_pretrained(str(kept.output_dir), device="cpu")), before)
+
+    trained = train(
+        train_config(
+            tmp_path / "trained", reserved_base, data_file, lora_r=4, lora_alpha=8, train_layout_tokens=True
+        )
+    )
+    saved = json.loads((trained.output_dir / "adapter_config.json").read_text())
+    assert sorted(saved["trainable_token_indices"]) == sorted(
+        base.tokenizer.convert_tokens_to_ids(t) for t in RESERVED.values()
+    )
+    magnet = Magnet.from_pretrained(str(trained.output_dir), device="cpu")
+    after = _layout_rows(magnet)
+    assert not torch.allclose(after, before)
+    # The four roles no longer share one row; the LM head (tied) reads the same trained rows.
+    assert all(not torch.allclose(after[i], after[j]) for i in range(4) for j in range(i + 1, 4))
+    assert torch.equal(magnet.model.get_output_embeddings().weight[magnet.layout.end_id], after[3])
+    # Every other row is the base's.
+    other = base.tokenizer.convert_tokens_to_ids("the")
+    assert torch.equal(
+        magnet.model.get_input_embeddings().weight[other], base.model.get_input_embeddings().weight[other]
+    )
+
+
+def test_an_adapter_without_token_rows_starts_a_run_that_trains_them(
+    tmp_path, reserved_base, data_file, train_config
+):
+    first = train(train_config(tmp_path / "first", reserved_base, data_file, lora_r=4, lora_alpha=8))
+    second = train(
+        train_config(
+            tmp_path / "second",
+            reserved_base,
+            data_file,
+            lora_r=4,
+            lora_alpha=8,
+            init_adapter=str(first.output_dir),
+            train_layout_tokens=True,
+        )
+    )
+    record = json.loads((second.output_dir / "magnet_config.json").read_text())["training"]
+    assert record["init_adapter"]["path"] == str(first.output_dir)
+    base = Magnet.from_pretrained(reserved_base, device="cpu")
+    assert not torch.allclose(
+        _layout_rows(Magnet.from_pretrained(str(second.output_dir), device="cpu")), _layout_rows(base)
+    )
+
+
+def test_train_layout_tokens_with_a_full_finetune_says_what_to_change(
+    tmp_path, reserved_base, data_file, train_config
+):
+    with pytest.raises(ValueError, match="train_layout_tokens.*full fine-tune"):
+        train_config(tmp_path, reserved_base, data_file, full_finetune=True, train_layout_tokens=True)
