@@ -66,6 +66,10 @@ class LayoutTokens:
     def strings(self) -> dict[str, str]:
         return {k: v for k, v in asdict(self).items() if not k.endswith("_id")}
 
+    def ids(self) -> dict[str, int]:
+        """Role -> token id, in the order of :meth:`strings` (mask, gap, span, end)."""
+        return {role: getattr(self, f"{role}_id") for role in self.strings()}
+
 
 def resolve_layout_tokens(
     tokenizer, configured: dict[str, str] | None = None

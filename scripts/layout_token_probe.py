@@ -17,6 +17,7 @@ Two measurements, for each model given:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -57,22 +58,14 @@ def eos_probabilities(magnet: Magnet, text: str) -> tuple[list[int], torch.Tenso
 
 
 def token_geometry(magnet: Magnet) -> dict[str, object]:
-    tokens = magnet.layout.strings()  # role -> token string
-    tokenizer = magnet.tokenizer
-    roles = {**tokens, "eos": tokenizer.eos_token}
-    ids = {role: tokenizer.convert_tokens_to_ids(token) for role, token in roles.items()}
+    roles = {**magnet.layout.strings(), "eos": magnet.tokenizer.eos_token}
+    ids = {**magnet.layout.ids(), "eos": magnet.tokenizer.eos_token_id}
     rows = magnet.model.get_input_embeddings().weight.detach().float()
-    names = list(ids)
-    cosine = {
-        f"{a}/{b}": round(torch.nn.functional.cosine_similarity(rows[ids[a]], rows[ids[b]], dim=0).item(), 4)
-        for i, a in enumerate(names)
-        for b in names[i + 1 :]
-    }
-    distance = {
-        f"{a}/{b}": round((rows[ids[a]] - rows[ids[b]]).norm().item(), 4)
-        for i, a in enumerate(names)
-        for b in names[i + 1 :]
-    }
+    cosine, distance = {}, {}
+    for a, b in itertools.combinations(ids, 2):
+        x, y = rows[ids[a]], rows[ids[b]]
+        cosine[f"{a}/{b}"] = round(torch.nn.functional.cosine_similarity(x, y, dim=0).item(), 4)
+        distance[f"{a}/{b}"] = round((x - y).norm().item(), 4)
     return {"tokens": roles, "ids": ids, "cosine": cosine, "distance": distance}
 
 

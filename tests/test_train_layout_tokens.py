@@ -38,8 +38,7 @@ def reserved_base(tmp_path_factory):
 
 
 def _layout_rows(magnet: Magnet) -> torch.Tensor:
-    layout = magnet.layout
-    ids = [layout.mask_id, layout.gap_id, layout.span_id, layout.end_id]
+    ids = list(magnet.layout.ids().values())  # mask, gap, span, end
     return magnet.model.get_input_embeddings().weight[ids].detach().clone()
 
 

@@ -23,11 +23,11 @@ import torch
 from magnetsdk.train.config import TrainConfig
 
 
-def make_trainable(model: torch.nn.Module, config: TrainConfig, new_token_ids: list[int]) -> torch.nn.Module:
+def make_trainable(model: torch.nn.Module, config: TrainConfig, token_ids: list[int]) -> torch.nn.Module:
     """Return the model to train: a peft model with LoRA adapters, or ``model`` itself (full).
 
-    ``new_token_ids``: the embedding rows that train beside LoRA (added layout tokens, and the
-    reused ones under ``train_layout_tokens``).
+    ``token_ids``: the embedding rows that train beside LoRA (added layout tokens, and the reused
+    ones under ``train_layout_tokens``).
     """
     if config.full_finetune:
         for parameter in model.parameters():
@@ -42,7 +42,7 @@ def make_trainable(model: torch.nn.Module, config: TrainConfig, new_token_ids: l
             lora_dropout=config.lora_dropout,
             target_modules=config.lora_target_modules,
             # peft wraps the tied LM head too, so the new rows train in both places.
-            trainable_token_indices=sorted(new_token_ids) or None,
+            trainable_token_indices=sorted(token_ids) or None,
             task_type="CAUSAL_LM",
         )
         trained = get_peft_model(model, lora)

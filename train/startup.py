@@ -215,11 +215,10 @@ class RunSetup:
         if added:
             fit_embeddings(model, tokenizer)
         self.tokens_added = bool(added)
-        self.new_ids = [tokenizer.convert_tokens_to_ids(t) for t in added]
-        layout_ids = [self.layout.mask_id, self.layout.gap_id, self.layout.span_id, self.layout.end_id]
+        new_ids = {tokenizer.convert_tokens_to_ids(t) for t in added}
         # The embedding rows that train beside LoRA: added tokens always, reused ones on request.
         self.token_ids = sorted(
-            set(self.new_ids) | (set(layout_ids) if config.train_layout_tokens else set())
+            new_ids | (set(self.layout.ids().values()) if config.train_layout_tokens else set())
         )
         return model
 
