@@ -11,7 +11,8 @@ document chunk (EOS only after a document's last chunk) and the rest a text for 
 without documents they are texts of ``data`` without EOS.
 
 Scored pairs (``scored_pairs``) have an order of their own and a batch of ``scored_batch_size``
-pairs per micro-batch (:meth:`Batches.scored_batch`).
+pairs per micro-batch (:meth:`Batches.scored_batch`); so do the short texts of the end KL
+(``end_kl_weight``, :meth:`Batches.end_batch`).
 
 It knows nothing about the model's weights, optimizers or checkpoints.
 """
@@ -25,12 +26,14 @@ from pathlib import Path
 import numpy as np
 import torch
 from magnetsdk.train.collate import (
+    EndBatch,
     LMBatch,
     LMExample,
     LMSettings,
     ScoredBatch,
     ViewBatch,
     build_lm_example,
+    collate_ends,
     collate_lm,
     collate_scored,
     collate_views,
@@ -149,6 +152,17 @@ class Batches:
             self.lm_bucket = BucketedOrder(
                 global_batch, config.bucket_batches, config.seed + 3, lambda p: len(self._lm_item(p)[0])
             )
+        self.ends: list[list[int]] = []
+        if config.end_kl_weight:
+            encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+            self.ends = [ids for ids in encoded if 2 <= len(ids) <= config.end_kl_max_tokens]
+            if not self.ends:
+                raise DataError(
+                    f"end_kl_weight > 0 reads texts of at most end_kl_max_tokens={config.end_kl_max_tokens} "
+                    f"tokens, and none of the {len(texts)} texts of {config.data} is that short: add "
+                    "one-sentence texts, or raise --end-kl-max-tokens"
+                )
+            self.end_order = Order(len(self.ends), config.seed + 6)
         self.views: PositiveViews | None = None
         if config.trains_embeddings:  # SSCL views and scored pairs are both read after the instruction
             from magnetsdk.encoding import prepare  # the encoder's own input builder
@@ -297,6 +311,14 @@ class Batches:
                 self.tokenizer, pairs, self.config.instruction, self.config.sscl_max_length, self.pad
             )
         return batch.to(self.accelerator.device)
+
+    def end_batch(self, step: int, micro: int) -> EndBatch | None:
+        """This process's short texts of micro-batch ``micro`` of ``step`` for the end KL (None when off)."""
+        if not self.ends:
+            return None
+        positions = self.positions(step, micro, self.config.end_kl_batch_size)
+        texts = [self.ends[self.end_order.item(p)] for p in positions]
+        return collate_ends(texts, self.prefix, self.pad).to(self.accelerator.device)
 
     def batch(
         self, step: int, micro: int, weights: tuple[float, float, float]

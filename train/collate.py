@@ -299,3 +299,35 @@ def collate_scored(tokenizer, pairs: list, instruction: str, max_length: int, pa
         pad_id,
     )
     return ScoredBatch(views, torch.tensor([p.score for p in pairs], dtype=torch.float32))
+
+
+@dataclass
+class EndBatch:
+    """Short texts, each read causally after the special prefix, right-padded: the rows of the end KL.
+
+    The loss is taken at ``last``, each row's final real token, where the next token would follow
+    the whole text.
+    """
+
+    input_ids: torch.Tensor  # (b, n)
+    valid: torch.Tensor  # (b, n) bool
+    last: torch.Tensor  # (b,) index of each row's last real token
+
+    @property
+    def tokens(self) -> int:
+        return int(self.valid.sum())
+
+    def to(self, device: torch.device) -> EndBatch:
+        return EndBatch(self.input_ids.to(device), self.valid.to(device), self.last.to(device))
+
+
+def collate_ends(texts: list[list[int]], prefix: list[int], pad_id: int) -> EndBatch:
+    """The :class:`EndBatch` of tokenized ``texts``, each after ``prefix`` (the model's special prefix)."""
+    rows = [list(prefix) + list(ids) for ids in texts]
+    n = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), n), pad_id, dtype=torch.long)
+    valid = torch.zeros((len(rows), n), dtype=torch.bool)
+    for i, row in enumerate(rows):
+        input_ids[i, : len(row)] = torch.tensor(row)
+        valid[i, : len(row)] = True
+    return EndBatch(input_ids, valid, torch.tensor([len(r) - 1 for r in rows]))

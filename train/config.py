@@ -96,6 +96,14 @@ class TrainConfig:
     # from the data (rare tokens sampled, the base's knowledge). LoRA only: the base is the adapter
     # switched off. 0: off.
     kl_weight: float = 0.0
+    # Ends of short texts: each micro-batch also takes end_kl_weight * KL(adapted || base) of the next
+    # token after the last token of end_kl_batch_size texts of `data` (those of at most
+    # end_kl_max_tokens tokens: one-sentence texts). The base continues a lone sentence (EOS ~0.04
+    # after one); missing-span END targets teach the adapter to close it, and the reused END token
+    # shares EOS's row. LoRA only. 0: off.
+    end_kl_weight: float = 0.0
+    end_kl_batch_size: int = 16
+    end_kl_max_tokens: int = 48
     mntp_first_fraction: float | None = None  # steps training MNTP alone before the rest (LLM2Vec)
     positives: PositiveSource | None = None
     ict_share: float = 0.0  # SSCL examples that are inverse-cloze pairs from --data, mixed into positives
@@ -246,6 +254,7 @@ class TrainConfig:
             )
         self._check_scored()
         self._check_kl()
+        self._check_end_kl()
         self._check_init_adapter()
         for name in (
             "no_context_fraction",
@@ -354,6 +363,26 @@ class TrainConfig:
                 "kl_weight > 0 acts on the next-token examples, and this config has none: "
                 "set msg_weight > 0 and no_context_fraction > 0, or kl_weight=0"
             )
+
+    def _check_end_kl(self) -> None:
+        if self.end_kl_weight < 0:
+            raise ValueError(f"end_kl_weight={self.end_kl_weight} must be >= 0 (0: off)")
+        if not self.end_kl_weight:
+            return
+        if self.full_finetune:
+            raise ValueError(
+                "end_kl_weight > 0 compares with the base model, i.e. the model with its LoRA adapter "
+                "switched off; a full fine-tune has none: set end_kl_weight=0 or train LoRA"
+            )
+        if not self.data:
+            raise ValueError(
+                "end_kl_weight > 0 reads the ends of the texts of data=[...] (--data), and none is "
+                "given: add short texts (one sentence per line), or set end_kl_weight=0"
+            )
+        if self.end_kl_batch_size < 1:
+            raise ValueError(f"end_kl_batch_size={self.end_kl_batch_size} must be >= 1")
+        if self.end_kl_max_tokens < 2:
+            raise ValueError(f"end_kl_max_tokens={self.end_kl_max_tokens} must be >= 2")
 
     def lm_settings_check(self) -> None:
         """The span settings' checks (layout name, shares, the layout's rules), before any data is read."""

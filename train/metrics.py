@@ -1,6 +1,6 @@
 """What a run reports: a JSON-lines metrics log, TensorBoard when installed, a loss-curve PNG.
 
-One record per logged step: ``step``, each objective's loss (``kl`` only with ``kl_weight``),
+One record per logged step: ``step``, each objective's loss (``kl`` only with ``kl_weight``, ``end_kl`` only with ``end_kl_weight``),
 ``loss`` (the weighted total),
 ``lr``, ``tokens`` (real tokens in the global batch), ``tokens_per_s`` and ``elapsed_s``.
 Only the main process writes. On ``--resume`` records after the resumed step are dropped, so
@@ -17,7 +17,7 @@ from magnetsdk.config import atomic_write_text
 
 METRICS_NAME = "metrics.jsonl"
 PLOT_NAME = "loss_curve.png"
-LOSS_KEYS = ("mntp", "sscl", "msg", "kl", "loss")
+LOSS_KEYS = ("mntp", "sscl", "msg", "kl", "end_kl", "loss")
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

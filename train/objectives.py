@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from magnetsdk.train.collate import LMBatch, ScoredBatch, ViewBatch
+from magnetsdk.train.collate import EndBatch, LMBatch, ScoredBatch, ViewBatch
 
 from magnetsdk.attention import AttentionMode
 from magnetsdk.config import Pooling
@@ -125,6 +125,9 @@ class StepLosses:
     embeddings: torch.Tensor | None = None  # embed_only: the pooled views (rows of the ViewBatch)
     kl: float | None = None  # KL(adapted || base) per next-token target (kl_weight > 0)
     scored: float | None = None  # CoSENT over the scored pairs (a ScoredBatch was given)
+    end_kl: float | None = (
+        None  # KL(adapted || base) after the last token of short texts (an EndBatch was given)
+    )
 
 
 def fused_rows_cost(lm: LMBatch, views: ViewBatch) -> tuple[int, int]:
@@ -159,6 +162,9 @@ class MagnetObjectives(torch.nn.Module):
       is the one that punishes mass the base does not give: rare, under-trained tokens.
     - ``scored`` (a :class:`ScoredBatch`) adds ``scored_weight`` x CoSENT over those pairs' cosines
       (one bidirectional pass of its own; called with neither LM rows nor views).
+    - ``ends`` (an :class:`EndBatch`) adds ``end_kl_weight`` x KL(adapted || base) of the next token
+      after each short text, read causally as a prompt is (a causal pass with the adapter and one
+      without; called alone, as ``scored`` is).
     """
 
     _FUSE_SLACK = 1.15
@@ -172,10 +178,13 @@ class MagnetObjectives(torch.nn.Module):
         kl_weight: float = 0.0,
         scored_weight: float = 0.0,
         cosent_scale: float = 20.0,
+        end_kl_weight: float = 0.0,
     ) -> None:
         super().__init__()
-        if kl_weight and not hasattr(model, "disable_adapter"):
-            raise ValueError("kl_weight > 0 needs a peft model: the base is the model with its adapter off")
+        if (kl_weight or end_kl_weight) and not hasattr(model, "disable_adapter"):
+            raise ValueError(
+                "kl_weight > 0 and end_kl_weight > 0 need a peft model: the base is the model with its adapter off"
+            )
         self.model = model
         self.lm_attention = AttentionMode(lm_attention)
         self.temperature = temperature
@@ -183,6 +192,7 @@ class MagnetObjectives(torch.nn.Module):
         self.kl_weight = kl_weight
         self.scored_weight = scored_weight
         self.cosent_scale = cosent_scale
+        self.end_kl_weight = end_kl_weight
 
     def forward(
         self,
@@ -192,6 +202,7 @@ class MagnetObjectives(torch.nn.Module):
         view_grads: torch.Tensor | None = None,
         embed_only: bool = False,
         scored: ScoredBatch | None = None,
+        ends: EndBatch | None = None,
     ) -> StepLosses:
         w_mntp, w_sscl, w_msg = weights
         world = world_size()
@@ -204,6 +215,15 @@ class MagnetObjectives(torch.nn.Module):
                 sscl=None,
                 msg=None,
                 scored=float(loss.detach()),
+            )
+        if ends is not None:
+            loss = self._end_kl(ends)
+            return StepLosses(
+                total=total + self.end_kl_weight * loss * world,
+                mntp=None,
+                sscl=None,
+                msg=None,
+                end_kl=float(global_sum(loss.detach()) / world),
             )
         mntp = msg = sscl = kl = None
         use_lm = lm is not None and bool(w_mntp or w_msg) and not embed_only
@@ -263,6 +283,16 @@ class MagnetObjectives(torch.nn.Module):
         return cosent(
             gather_keep_local_grad(similarities), gather_keep_local_grad(scored.scores), self.cosent_scale
         )
+
+    def _end_kl(self, ends: EndBatch) -> torch.Tensor:
+        """Mean KL(adapted || base) over this process's rows of the next token after each text."""
+        rows = torch.arange(len(ends.last), device=ends.last.device)
+        hidden = run_decoder(self.model, ends.input_ids, ends.valid, AttentionMode.CAUSAL).hidden
+        log_p = F.log_softmax(logits_at(self.model, hidden[rows, ends.last]), dim=-1)  # (b, V) adapted
+        with torch.no_grad(), self.model.disable_adapter():
+            base = run_decoder(self.model, ends.input_ids, ends.valid, AttentionMode.CAUSAL).hidden
+            log_q = F.log_softmax(logits_at(self.model, base[rows, ends.last]), dim=-1)  # (b, V) base
+        return (log_p.exp() * (log_p - log_q)).sum(dim=-1).mean()
 
     def _fusable(self, lm: LMBatch, views: ViewBatch, view_grads: torch.Tensor | None) -> bool:
         if not self.fuse or view_grads is not None or self.lm_attention is AttentionMode.CAUSAL:

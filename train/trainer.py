@@ -151,27 +151,33 @@ class _Run(RunSetup):
         config = self.config
         started = time.perf_counter()
         weights = config.weights_at(step)
-        keys = ("mntp", "sscl", "msg", "kl", "scored")
+        keys = ("mntp", "sscl", "msg", "kl", "scored", "end_kl")
         accumulated: dict[str, list[float]] = {k: [] for k in keys}
         tokens = 0
         total = 0.0
         for micro in range(config.gradient_accumulation):
             lm, views, items = self.batches.batch(step, micro, weights)
             scored = self.batches.scored_batch(step, micro)
-            tokens += sum(b.tokens for b in (lm, views, scored) if b is not None)
+            ends = self.batches.end_batch(step, micro)
+            tokens += sum(b.tokens for b in (lm, views, scored, ends) if b is not None)
             calls, sscl = self._calls(lm, views, weights)
-            calls = [(*call, None) for call in calls if call[0] is not None or call[1] is not None]
+            calls = [(*call, None, None) for call in calls if call[0] is not None or call[1] is not None]
+            # Scored pairs and the end KL take passes of their own, the last of the micro-batch.
             if scored is not None:
-                calls.append((None, None, None, None, scored))  # its own pass, the last of the micro-batch
+                calls.append((None, None, None, None, scored, None))
+            if ends is not None:
+                calls.append((None, None, None, None, None, ends))
             values: dict[str, float | None] = {k: None for k in keys} | {"sscl": sscl}
-            for index, (lm_part, view_part, grads, rng, scored_part) in enumerate(calls):
+            for index, (lm_part, view_part, grads, rng, scored_part, end_part) in enumerate(calls):
                 last = micro == config.gradient_accumulation - 1 and index == len(calls) - 1
                 sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.module)
                 with sync:
                     if rng is not None:
                         restore_rng(rng, self.accelerator.device)
                     with self.accelerator.autocast():
-                        out = self.module(lm_part, view_part, weights, view_grads=grads, scored=scored_part)
+                        out = self.module(
+                            lm_part, view_part, weights, view_grads=grads, scored=scored_part, ends=end_part
+                        )
                     for key in keys:
                         if getattr(out, key) is not None:
                             values[key] = getattr(out, key)
@@ -187,8 +193,15 @@ class _Run(RunSetup):
             total += sum(
                 w * v
                 for w, v in zip(
-                    (*weights, config.kl_weight, config.scored_weight),
-                    (values["mntp"], values["sscl"], values["msg"], values["kl"], values["scored"]),
+                    (*weights, config.kl_weight, config.scored_weight, config.end_kl_weight),
+                    (
+                        values["mntp"],
+                        values["sscl"],
+                        values["msg"],
+                        values["kl"],
+                        values["scored"],
+                        values["end_kl"],
+                    ),
                     strict=True,
                 )
                 if v is not None
@@ -209,6 +222,8 @@ class _Run(RunSetup):
             del losses["kl"]
         if not config.uses_scored:
             del losses["scored"]
+        if not config.end_kl_weight:
+            del losses["end_kl"]
         losses["loss"] = total / config.gradient_accumulation
         tokens = int(global_sum(torch.tensor(tokens, device=self.accelerator.device)))
         return losses, tokens, time.perf_counter() - started
