@@ -236,6 +236,11 @@ def model_card(
             "temperature", "mntp_weight", "sscl_weight", "msg_weight", "no_context_fraction",
             "mntp_fraction", "kl_weight", "infill_layout", "mixed_precision", "seed")  # fmt: skip
     settings = "\n".join(f"| {k} | {config.get(k)} |" for k in keys if k in config)
+    if config.get("end_kl_weight"):
+        settings += "".join(
+            f"\n| {k} | {config.get(k)} |"
+            for k in ("end_kl_weight", "end_kl_batch_size", "end_kl_max_tokens")
+        )
     if config.get("scored_pairs"):
         settings += (
             f"\n| scored_pairs | {', '.join(config['scored_pairs'])} |"
