@@ -104,6 +104,10 @@ class TrainConfig:
     end_kl_weight: float = 0.0
     end_kl_batch_size: int = 16
     end_kl_max_tokens: int = 48
+    # Each missing-span END target counts span_end_weight times in the MSG mean (1: as any span
+    # token). END closes a fill; a span of ~30 tokens has one, and end_kl_weight pulls the same
+    # output row (EOS's) down after a finished text, so greedy fills can stop closing without it.
+    span_end_weight: float = 1.0
     mntp_first_fraction: float | None = None  # steps training MNTP alone before the rest (LLM2Vec)
     positives: PositiveSource | None = None
     ict_share: float = 0.0  # SSCL examples that are inverse-cloze pairs from --data, mixed into positives
@@ -365,6 +369,10 @@ class TrainConfig:
             )
 
     def _check_end_kl(self) -> None:
+        if self.span_end_weight <= 0:
+            raise ValueError(
+                f"span_end_weight={self.span_end_weight} must be > 0 (1: END counts as any span token)"
+            )
         if self.end_kl_weight < 0:
             raise ValueError(f"end_kl_weight={self.end_kl_weight} must be >= 0 (0: off)")
         if not self.end_kl_weight:

@@ -162,6 +162,9 @@ class MagnetObjectives(torch.nn.Module):
       is the one that punishes mass the base does not give: rare, under-trained tokens.
     - ``scored`` (a :class:`ScoredBatch`) adds ``scored_weight`` x CoSENT over those pairs' cosines
       (one bidirectional pass of its own; called with neither LM rows nor views).
+    - ``span_end_weight`` counts each missing-span END target (``end_token_id``) that many times in
+      the MSG mean (1: as any span token): what closes a span, against ``end_kl_weight``, which
+      lowers the EOS that END's row shares after a finished text.
     - ``ends`` (an :class:`EndBatch`) adds ``end_kl_weight`` x KL(adapted || base) of the next token
       after each short text, read causally as a prompt is (a causal pass with the adapter and one
       without; called alone, as ``scored`` is).
@@ -179,6 +182,8 @@ class MagnetObjectives(torch.nn.Module):
         scored_weight: float = 0.0,
         cosent_scale: float = 20.0,
         end_kl_weight: float = 0.0,
+        span_end_weight: float = 1.0,
+        end_token_id: int | None = None,
     ) -> None:
         super().__init__()
         if (kl_weight or end_kl_weight) and not hasattr(model, "disable_adapter"):
@@ -193,6 +198,10 @@ class MagnetObjectives(torch.nn.Module):
         self.scored_weight = scored_weight
         self.cosent_scale = cosent_scale
         self.end_kl_weight = end_kl_weight
+        if span_end_weight != 1.0 and end_token_id is None:
+            raise ValueError("span_end_weight != 1 needs end_token_id: the layout's END token")
+        self.span_end_weight = span_end_weight
+        self.end_token_id = end_token_id
 
     def forward(
         self,
@@ -327,8 +336,14 @@ class MagnetObjectives(torch.nn.Module):
             if part is None:
                 continue
             k = part[2].numel()
-            summed = each[start : start + k].sum()
-            start += k
+            if index == 1 and self.span_end_weight != 1.0:
+                # Each END target counts span_end_weight times in the mean over MSG targets.
+                factor = torch.where(part[2] == self.end_token_id, self.span_end_weight, 1.0)
+                summed = (each[start : start + k] * factor).sum()
+                k = float(factor.sum())
+            else:
+                summed = each[start : start + k].sum()
+            start += part[2].numel()
             found = global_sum(torch.tensor(float(k), device=hidden.device))
             count = found.clamp_min(1.0)
             total = total + weight * summed / count * world

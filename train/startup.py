@@ -256,6 +256,8 @@ class RunSetup:
             scored_weight=config.scored_weight if config.uses_scored else 0.0,
             cosent_scale=config.cosent_scale,
             end_kl_weight=config.end_kl_weight,
+            span_end_weight=config.span_end_weight,
+            end_token_id=self.layout.end_id,
         )
         # FSDP's auto-wrap gives each class in `_no_split_modules` of the module it wraps its own
         # shard unit; hand the decoder's layer classes up from the model inside.
