@@ -15,7 +15,10 @@ flowing to the local part), so a run on N processes computes the same loss and, 
 gradient averaging (undone by the ``world`` factor), the same gradient as one process with the
 same global batch.
 
-It knows nothing about data files, optimizers or checkpoints.
+It knows nothing about data files, optimizers or checkpoints. It is longer than the ~400 lines
+of the structure rule: the optional terms (KL, CoSENT, end KL, END weighting) share the one
+forward's decoder passes and its rules across processes, and read apart they would hide which
+pass each takes.
 """
 
 from __future__ import annotations
@@ -125,9 +128,7 @@ class StepLosses:
     embeddings: torch.Tensor | None = None  # embed_only: the pooled views (rows of the ViewBatch)
     kl: float | None = None  # KL(adapted || base) per next-token target (kl_weight > 0)
     scored: float | None = None  # CoSENT over the scored pairs (a ScoredBatch was given)
-    end_kl: float | None = (
-        None  # KL(adapted || base) after the last token of short texts (an EndBatch was given)
-    )
+    end_kl: float | None = None  # KL(adapted || base) after short texts (an EndBatch was given)
 
 
 def fused_rows_cost(lm: LMBatch, views: ViewBatch) -> tuple[int, int]:
