@@ -102,3 +102,48 @@ def test_train_layout_tokens_with_a_full_finetune_says_what_to_change(
 ):
     with pytest.raises(ValueError, match="train_layout_tokens.*full fine-tune"):
         train_config(tmp_path, reserved_base, data_file, full_finetune=True, train_layout_tokens=True)
+
+
+def test_layout_token_lr_moves_the_rows_further_than_lora_s_rate(
+    tmp_path, reserved_base, data_file, train_config
+):
+    base = _layout_rows(Magnet.from_pretrained(reserved_base, device="cpu"))
+    moved = {}
+    for name, token_lr in (("shared", None), ("faster", 1e-2)):
+        run = train(
+            train_config(
+                tmp_path / name,
+                reserved_base,
+                data_file,
+                lora_r=4,
+                lora_alpha=8,
+                learning_rate=1e-4,
+                train_layout_tokens=True,
+                layout_token_lr=token_lr,
+            )
+        )
+        rows = _layout_rows(Magnet.from_pretrained(str(run.output_dir), device="cpu"))
+        moved[name] = (rows - base).abs().max().item()
+    # Adam moves a weight by about its learning rate per step: the rows at 1e-2 go ~100x further.
+    assert moved["faster"] > 20 * moved["shared"] > 0
+
+
+def test_layout_token_lr_without_trained_rows_says_what_to_add(
+    tmp_path, reserved_base, data_file, train_config
+):
+    with pytest.raises(ValueError, match="layout_token_lr is set.*--train-layout-tokens"):
+        train(train_config(tmp_path, reserved_base, data_file, lora_r=4, lora_alpha=8, layout_token_lr=1e-3))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"layout_token_lr": 0.0}, "must be > 0"),
+        ({"layout_token_lr": 1e-3, "full_finetune": True}, "full fine-tune"),
+    ],
+)
+def test_layout_token_lr_settings_that_cannot_work(
+    tmp_path, reserved_base, data_file, train_config, overrides, message
+):
+    with pytest.raises(ValueError, match=f"layout_token_lr.*{message}|{message}"):
+        train_config(tmp_path, reserved_base, data_file, **overrides)

@@ -58,6 +58,24 @@ def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter
     return {name: p for name, p in model.named_parameters() if p.requires_grad}
 
 
+def parameter_groups(
+    model: torch.nn.Module, learning_rate: float, token_lr: float | None
+) -> list[dict[str, object]]:
+    """The optimiser's groups: every trainable weight at ``learning_rate``, except that the token
+    rows peft trains beside LoRA (``trainable_token_indices``) take ``token_lr`` when it is set."""
+    trainable = trainable_parameters(model)
+    if token_lr is None:
+        return [{"params": list(trainable.values()), "lr": learning_rate}]
+    rows = [p for name, p in trainable.items() if "trainable_tokens" in name]
+    if not rows:
+        raise ValueError(
+            "layout_token_lr is set, but no token rows train beside LoRA (the layout reuses tokens the "
+            "base already has): add train_layout_tokens=true (--train-layout-tokens), or drop layout_token_lr"
+        )
+    rest = [p for name, p in trainable.items() if "trainable_tokens" not in name]
+    return [{"params": rest, "lr": learning_rate}, {"params": rows, "lr": token_lr}]
+
+
 def load_initial_adapter(trained: torch.nn.Module, config: TrainConfig) -> dict[str, str]:
     """Copy the LoRA weights of ``config.init_adapter`` into ``trained`` (a fresh peft model).
 

@@ -173,6 +173,10 @@ class TrainConfig:
     # this, mask, gap, span and end look alike as inputs, and every END target also raises EOS
     # (docs/results.md, "The layout tokens share one embedding"). Added tokens always train. LoRA only.
     train_layout_tokens: bool = False
+    # Learning rate of the token rows that train beside LoRA (the layout rows under
+    # train_layout_tokens, and added tokens); None: learning_rate. Rows move slowly at LoRA's rate:
+    # 50 steps at 1e-4 left END at cosine 0.991 from EOS (phase 13, docs/results.md).
+    layout_token_lr: float | None = None
     lora_target_modules: list[str] | str | None = None  # None: the recipe's ("all-linear" mostly)
     gradient_checkpointing: bool = False
     mixed_precision: MixedPrecision = MixedPrecision.AUTO
@@ -341,6 +345,15 @@ class TrainConfig:
             )
 
     def _check_init_adapter(self) -> None:
+        if self.layout_token_lr is not None and self.layout_token_lr <= 0:
+            raise ValueError(
+                f"layout_token_lr={self.layout_token_lr} must be > 0 (leave it unset to use learning_rate)"
+            )
+        if self.layout_token_lr is not None and self.full_finetune:
+            raise ValueError(
+                "layout_token_lr sets the rate of token rows that train beside LoRA; a full fine-tune "
+                "trains every row at learning_rate: drop layout_token_lr, or set full_finetune=false"
+            )
         if self.train_layout_tokens and self.full_finetune:
             raise ValueError(
                 "train_layout_tokens trains the layout tokens' rows beside LoRA; a full fine-tune trains "

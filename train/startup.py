@@ -20,7 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from magnetsdk.train.adaptation import load_initial_adapter, make_trainable, trainable_parameters
+from magnetsdk.train.adaptation import (
+    load_initial_adapter,
+    make_trainable,
+    parameter_groups,
+    trainable_parameters,
+)
 from magnetsdk.train.batches import Batches
 from magnetsdk.train.checkpoint import (
     CheckpointError,
@@ -237,7 +242,7 @@ class RunSetup:
     def _prepare_optimisation(self) -> None:
         config = self.config
         optimizer = torch.optim.AdamW(
-            trainable_parameters(self.trained).values(),
+            parameter_groups(self.trained, config.learning_rate, config.layout_token_lr),
             lr=config.learning_rate,
             weight_decay=config.weight_decay,
         )
@@ -322,7 +327,14 @@ class RunSetup:
         now = self.config.to_dict()
         changed = [
             k
-            for k in ("learning_rate", "weight_decay", "schedule", "warmup_steps", "max_steps")
+            for k in (
+                "learning_rate",
+                "layout_token_lr",
+                "weight_decay",
+                "schedule",
+                "warmup_steps",
+                "max_steps",
+            )
             if saved.get(k) != now[k]
         ]
         if changed:
