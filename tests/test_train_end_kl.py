@@ -38,8 +38,9 @@ def end_batch(tokenizer, texts):
     return collate_ends(ids, special_prefix(tokenizer), pad_id(tokenizer))
 
 
-def kl_by_hand(model, tokenizer, texts) -> float:
-    """Mean KL(adapted || base) of the next token after each text, one unpadded text at a time."""
+def kl_by_hand(model, tokenizer, texts, drop: int | None = None) -> float:
+    """Mean KL(adapted || base) of the next token after each text, one unpadded text at a time
+    (over every token but ``drop``, when given)."""
     values = []
     for text in texts:
         ids = torch.tensor(
@@ -49,6 +50,9 @@ def kl_by_hand(model, tokenizer, texts) -> float:
             adapted = model(input_ids=ids).logits[0, -1].float()
             with model.disable_adapter():
                 base = model(input_ids=ids).logits[0, -1].float()
+        if drop is not None:
+            keep = [i for i in range(adapted.shape[-1]) if i != drop]
+            adapted, base = adapted[keep], base[keep]
         log_p, log_q = F.log_softmax(adapted, -1), F.log_softmax(base, -1)
         values.append(float((log_p.exp() * (log_p - log_q)).sum()))
     return sum(values) / len(values)
@@ -69,6 +73,26 @@ def test_the_end_kl_is_the_divergence_after_each_texts_last_token():
     assert out.end_kl == pytest.approx(expected, rel=1e-4)
     assert float(out.total.detach()) == pytest.approx(0.5 * expected, rel=1e-4)
     assert out.mntp is None and out.msg is None and out.sscl is None
+
+
+def test_the_end_kl_without_end_compares_every_other_token_renormalised():
+    tokenizer = tiny_tokenizer()
+    texts = sorted(set(_CORPUS))[:5]
+    batch = end_batch(tokenizer, texts)
+    model = lora_model(perturb=True)
+    end = 7
+    out = MagnetObjectives(
+        model, "hybrid", 0.05, end_kl_weight=1.0, end_token_id=end, end_kl_without_end=True
+    )(None, None, WEIGHTS, ends=batch)
+    assert out.end_kl == pytest.approx(kl_by_hand(model, tokenizer, texts, drop=end), rel=1e-4)
+    assert out.end_kl != pytest.approx(kl_by_hand(model, tokenizer, texts), rel=1e-3)
+    with pytest.raises(ValueError, match="end_token_id"):
+        MagnetObjectives(model, "hybrid", 0.05, end_kl_weight=1.0, end_kl_without_end=True)
+
+
+def test_end_kl_without_end_with_the_end_kl_off_says_what_to_set():
+    with pytest.raises(ValueError, match="end_kl_without_end.*--end-kl-weight"):
+        TrainConfig(data=["x"], end_kl_without_end=True)
 
 
 def test_the_end_kl_trains_the_adapter_back_towards_the_base_after_a_text():

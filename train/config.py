@@ -102,6 +102,11 @@ class TrainConfig:
     # after one); missing-span END targets teach the adapter to close it, and the reused END token
     # shares EOS's row. LoRA only. 0: off.
     end_kl_weight: float = 0.0
+    # The end KL over every token but END (END's column dropped from both distributions, each
+    # renormalised): the term then has no say on END's probability or its output row, which
+    # span_end_weight and the missing-span targets set. Phase 17 (docs/results.md): with the layout
+    # rows at their own rate, the full KL lowered END after spans as well as EOS after lone texts.
+    end_kl_without_end: bool = False
     end_kl_batch_size: int = 16
     end_kl_max_tokens: int = 48
     # Each missing-span END target counts span_end_weight times in the MSG mean (1: as any span
@@ -389,6 +394,11 @@ class TrainConfig:
         if self.end_kl_weight < 0:
             raise ValueError(f"end_kl_weight={self.end_kl_weight} must be >= 0 (0: off)")
         if not self.end_kl_weight:
+            if self.end_kl_without_end:
+                raise ValueError(
+                    "end_kl_without_end shapes the end KL, and end_kl_weight is 0 (off): set "
+                    "end_kl_weight > 0 (--end-kl-weight), or drop end_kl_without_end"
+                )
             return
         if self.full_finetune:
             raise ValueError(

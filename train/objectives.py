@@ -168,7 +168,8 @@ class MagnetObjectives(torch.nn.Module):
       lowers the EOS that END's row shares after a finished text.
     - ``ends`` (an :class:`EndBatch`) adds ``end_kl_weight`` x KL(adapted || base) of the next token
       after each short text, read causally as a prompt is (a causal pass with the adapter and one
-      without; called alone, as ``scored`` is).
+      without; called alone, as ``scored`` is). ``end_kl_without_end`` compares the two over every
+      token but END (``end_token_id``), each renormalised.
     """
 
     _FUSE_SLACK = 1.15
@@ -185,6 +186,7 @@ class MagnetObjectives(torch.nn.Module):
         end_kl_weight: float = 0.0,
         span_end_weight: float = 1.0,
         end_token_id: int | None = None,
+        end_kl_without_end: bool = False,
     ) -> None:
         super().__init__()
         if (kl_weight or end_kl_weight) and not hasattr(model, "disable_adapter"):
@@ -202,7 +204,10 @@ class MagnetObjectives(torch.nn.Module):
         if span_end_weight != 1.0 and end_token_id is None:
             raise ValueError("span_end_weight != 1 needs end_token_id: the layout's END token")
         self.span_end_weight = span_end_weight
+        if end_kl_without_end and end_token_id is None:
+            raise ValueError("end_kl_without_end needs end_token_id: the layout's END token")
         self.end_token_id = end_token_id
+        self.end_kl_without_end = end_kl_without_end
 
     def forward(
         self,
@@ -298,11 +303,18 @@ class MagnetObjectives(torch.nn.Module):
         """Mean KL(adapted || base) over this process's rows of the next token after each text."""
         rows = torch.arange(len(ends.last), device=ends.last.device)
         hidden = run_decoder(self.model, ends.input_ids, ends.valid, AttentionMode.CAUSAL).hidden
-        log_p = F.log_softmax(logits_at(self.model, hidden[rows, ends.last]), dim=-1)  # (b, V) adapted
+        log_p = F.log_softmax(self._end_kl_columns(logits_at(self.model, hidden[rows, ends.last])), dim=-1)
         with torch.no_grad(), self.model.disable_adapter():
             base = run_decoder(self.model, ends.input_ids, ends.valid, AttentionMode.CAUSAL).hidden
-            log_q = F.log_softmax(logits_at(self.model, base[rows, ends.last]), dim=-1)  # (b, V) base
+            log_q = F.log_softmax(self._end_kl_columns(logits_at(self.model, base[rows, ends.last])), dim=-1)
         return (log_p.exp() * (log_p - log_q)).sum(dim=-1).mean()
+
+    def _end_kl_columns(self, logits: torch.Tensor) -> torch.Tensor:
+        """The (b, V) logits the end KL compares: all of them, or all but END's column."""
+        if not self.end_kl_without_end:
+            return logits
+        end = self.end_token_id
+        return torch.cat([logits[:, :end], logits[:, end + 1 :]], dim=-1)
 
     def _fusable(self, lm: LMBatch, views: ViewBatch, view_grads: torch.Tensor | None) -> bool:
         if not self.fuse or view_grads is not None or self.lm_attention is AttentionMode.CAUSAL:

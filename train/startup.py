@@ -263,6 +263,7 @@ class RunSetup:
             end_kl_weight=config.end_kl_weight,
             span_end_weight=config.span_end_weight,
             end_token_id=self.layout.end_id,
+            end_kl_without_end=config.end_kl_without_end,
         )
         # FSDP's auto-wrap gives each class in `_no_split_modules` of the module it wraps its own
         # shard unit; hand the decoder's layer classes up from the model inside.
