@@ -1,0 +1,135 @@
+"""A training phase's rule table (benchmarks/results/pNN-DATE/rule.md), read from its result files.
+
+    python benchmarks/rule_table.py benchmarks/results/p18-2026-12-05
+
+Each phase wrote its rule (items, order, thresholds) before it trained a step; this prints every
+item beside the baseline's figure and says whether it holds. Phase 11 was judged against phase 10
+(fp32) on the nine quality items. From phase 14 on the baseline is phase 11 and the table opens with
+the early stops (EOS after a lone sentence and after an inner period, the demo's early stops); from
+phase 15 on the dev fills must also close and keep the true span's words. A result file that is not
+there yet prints as "(not yet)".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# (label, eval task, figure key, comparison, threshold); a rep-4 figure is read in percent.
+QUALITY_P11 = [
+    ("STS-B dev", "sts-dev", "sts-dev.spearman", ">=", 83.44),
+    ("held-out even rows", "sts-heldout-select", "sts-heldout-select.spearman", ">=", 78.22),
+    ("infill dev-all both/left", "infill-dev-all", "both_over_left", "<=", 0.936),
+    ("infill dev-all copies", "infill-dev-all", "copy_rate", "<=", 0.1946),
+    ("nucleus natural length", "repetition", "nucleus.tokens", ">=", 100.0),
+    ("rep-4 nucleus equal length %", "repetition-full", "nucleus.rep4", "<=", 5.91),
+    ("rep-4 greedy equal length %", "repetition-full", "greedy.rep4", "<=", 64.64),
+    ("perplexity", "lm", "ppl", "<=", 22.26),
+    ("retrieval nDCG@10", "retrieval", "ndcg@10", ">=", 50.25),
+]
+QUALITY = [
+    ("STS-B dev", "sts-dev", "sts-dev.spearman", ">=", 84.00),
+    ("held-out even rows", "sts-heldout-select", "sts-heldout-select.spearman", ">=", 78.89),
+    ("infill dev-all both/left", "infill-dev-all", "both_over_left", "<=", 0.934),
+    # The rule: "<= 0.1879 (phase 11 26 of 149, + 2)", i.e. 28 of 149 = 0.18792, written rounded down.
+    ("infill dev-all copies", "infill-dev-all", "copy_rate", "<=", 28 / 149),
+    *QUALITY_P11[4:],
+]
+FILLS = [
+    # The rule: ">= 0.289 (phase 11 0.322, 48 of 149, less 5 items)", i.e. 43 of 149 (0.2886).
+    ("infill dev-all closed", "infill-dev-all", "closed_rate", ">=", 43 / 149),
+    ("infill dev-all word F1", "infill-dev-all", "gold_f1", ">=", 0.198),
+]
+
+
+class Rule(NamedTuple):
+    baseline: str  # the result file prefix the figures are compared with, e.g. "p11"
+    items: list
+    early_stops: bool  # the table opens with the early-stop item
+
+
+P11 = RESULTS / "p11-2026-12-03" / "p11-{}.json"
+
+
+def rule_for(phase: int) -> tuple[Rule, str]:
+    """The rule a phase was written under and where its baseline's result files are."""
+    if phase == 11:
+        return Rule("p10", QUALITY_P11, False), str(RESULTS / "p10-2026-12-03" / "p10fp32-{}.json")
+    if phase == 14:
+        return Rule("p11", QUALITY, True), str(P11)
+    if phase >= 15:
+        return Rule("p11", FILLS + QUALITY, True), str(P11)
+    raise SystemExit(f"phase {phase} has no rule table: phases 11 and 14 onward have one")
+
+
+def figure(pattern: str, task: str, key: str) -> float | None:
+    path = Path(pattern.format(task))
+    if not path.exists():
+        return None
+    scale = 100 if "rep4" in key else 1
+    return json.loads(path.read_text())["figures"][key] * scale
+
+
+def verdict(holds: bool) -> str:
+    return "holds" if holds else "FAILS"
+
+
+def early_stop_rows(folder: Path, name: str) -> list[str]:
+    """Item 1: the lone-sentence EOS, the inner-period EOS and the demo's early stops of seeds 0-11."""
+    seeds = folder / f"{name}-probe-demo-seeds.json"
+    if not seeds.exists():  # phase 14 kept the whole probe
+        seeds = folder / f"{name}-probe.json"
+    layout_tokens = folder / f"{name}-layout-tokens.json"
+    if not (seeds.exists() and layout_tokens.exists()):
+        return [f"{'early stops (probe, layout tokens)':32} {name} (not yet)"]
+    tokens = json.loads(seeds.read_text())["demo_seed_tokens"]
+    probe = json.loads(layout_tokens.read_text())
+    model = probe[0] if isinstance(probe, list) else next(iter(probe.values()))
+    lone = model["p_eos_after_one_sentence_mean"]
+    inner = model["p_eos_after_inner_period_mean"]
+    early = sum(t < 32 for t in tokens)
+    return [
+        f"{'P(EOS) after a lone sentence':32} p11 0.229   {name} {lone:.4f}  <= 0.115: {verdict(lone <= 0.115)}",
+        f"{'P(EOS) after an inner period':32} base 0.0081 {name} {inner:.4f}  <= 0.0081: {verdict(inner <= 0.0081)}",
+        f"{'demo early stops of 12 seeds':32} p11 2       {name} {early}       <= 1: {verdict(early <= 1)}",
+    ]
+
+
+def table(folder: Path) -> list[str]:
+    found = re.match(r"p(\d+)-", folder.name)
+    if found is None:
+        raise SystemExit(
+            f"{folder}: expected a phase folder named pNN-DATE, e.g. benchmarks/results/p18-2026-12-05"
+        )
+    name = f"p{found.group(1)}"
+    rule, baseline = rule_for(int(found.group(1)))
+    rows = early_stop_rows(folder, name) if rule.early_stops else []
+    new_pattern = str(folder / f"{name}-{{}}.json")
+    for label, task, key, op, threshold in rule.items:
+        old, new = figure(baseline, task, key), figure(new_pattern, task, key)
+        if new is None:
+            rows.append(f"{label:32} {rule.baseline} {old:8.4f}  {name} (not yet)")
+            continue
+        holds = new >= threshold if op == ">=" else new <= threshold
+        rows.append(
+            f"{label:32} {rule.baseline} {old:8.4f}  {name} {new:8.4f}  {op} {threshold}: {verdict(holds)}"
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "folder", type=Path, help="a phase's results folder, e.g. benchmarks/results/p18-2026-12-05"
+    )
+    args = parser.parse_args()
+    print("\n".join(table(args.folder)))
+
+
+if __name__ == "__main__":
+    main()

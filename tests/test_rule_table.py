@@ -1,0 +1,47 @@
+"""benchmarks/rule_table.py: the rule tables of the recorded training phases, from their result files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("rule_table", ROOT / "benchmarks" / "rule_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def verdicts(rows: list[str]) -> dict[str, str]:
+    return {row[:32].strip(): row.rsplit(" ", 1)[-1] for row in rows}
+
+
+def test_the_recorded_phases_read_as_their_outcomes_say():
+    rule_table = load_script()
+    phase14 = verdicts(rule_table.table(ROOT / "benchmarks/results/p14-2026-12-04"))
+    assert len(phase14) == 12 and set(phase14.values()) == {"holds"}  # every item held, not shipped
+    phase18 = verdicts(rule_table.table(ROOT / "benchmarks/results/p18-2026-12-05"))
+    assert phase18["infill dev-all closed"] == "FAILS" and phase18["infill dev-all word F1"] == "FAILS"
+    assert list(phase18.values()).count("FAILS") == 2
+    phase11 = rule_table.table(ROOT / "benchmarks/results/p11-2026-12-03")
+    assert len(phase11) == 9 and all(" p10 " in row for row in phase11)
+
+
+def test_a_phase_without_its_files_prints_not_yet_and_a_bad_folder_is_refused(tmp_path):
+    rule_table = load_script()
+    folder = tmp_path / "p30-2027-01-01"
+    folder.mkdir()
+    (folder / "p30-lm.json").write_text(json.dumps({"figures": {"ppl": 30.0}}))
+    rows = rule_table.table(folder)
+    assert rows[0].endswith("(not yet)") and sum(row.endswith("(not yet)") for row in rows) == len(rows) - 1
+    assert [row for row in rows if row.startswith("perplexity")][0].endswith("<= 22.26: FAILS")
+    with pytest.raises(SystemExit, match="pNN-DATE"):
+        rule_table.table(tmp_path)
+    with pytest.raises(SystemExit, match="no rule table"):
+        rule_table.table(tmp_path / "p12-2026-12-04")
