@@ -48,22 +48,23 @@ FILLS = [
 
 
 class Rule(NamedTuple):
-    baseline: str  # the result file prefix the figures are compared with, e.g. "p11"
+    baseline: str  # the phase the figures are compared with, e.g. "p11"
+    baseline_files: str  # its result files, a pattern with {} for the eval task
     items: list
     early_stops: bool  # the table opens with the early-stop item
 
 
-P11 = RESULTS / "p11-2026-12-03" / "p11-{}.json"
+P11 = str(RESULTS / "p11-2026-12-03" / "p11-{}.json")
 
 
-def rule_for(phase: int) -> tuple[Rule, str]:
-    """The rule a phase was written under and where its baseline's result files are."""
+def rule_for(phase: int) -> Rule:
+    """The rule a phase was written under."""
     if phase == 11:
-        return Rule("p10", QUALITY_P11, False), str(RESULTS / "p10-2026-12-03" / "p10fp32-{}.json")
+        return Rule("p10", str(RESULTS / "p10-2026-12-03" / "p10fp32-{}.json"), QUALITY_P11, False)
     if phase == 14:
-        return Rule("p11", QUALITY, True), str(P11)
+        return Rule("p11", P11, QUALITY, True)
     if phase >= 15:
-        return Rule("p11", FILLS + QUALITY, True), str(P11)
+        return Rule("p11", P11, FILLS + QUALITY, True)
     raise SystemExit(f"phase {phase} has no rule table: phases 11 and 14 onward have one")
 
 
@@ -93,10 +94,15 @@ def early_stop_rows(folder: Path, name: str) -> list[str]:
     lone = model["p_eos_after_one_sentence_mean"]
     inner = model["p_eos_after_inner_period_mean"]
     early = sum(t < 32 for t in tokens)
+    # (label, the baseline's figure, this phase's figure as printed, its value, the ceiling)
+    checks = [
+        ("P(EOS) after a lone sentence", "p11 0.229  ", f"{lone:.4f}", lone, 0.115),
+        ("P(EOS) after an inner period", "base 0.0081", f"{inner:.4f}", inner, 0.0081),
+        ("demo early stops of 12 seeds", "p11 2      ", f"{early:<6}", early, 1),
+    ]
     return [
-        f"{'P(EOS) after a lone sentence':32} p11 0.229   {name} {lone:.4f}  <= 0.115: {verdict(lone <= 0.115)}",
-        f"{'P(EOS) after an inner period':32} base 0.0081 {name} {inner:.4f}  <= 0.0081: {verdict(inner <= 0.0081)}",
-        f"{'demo early stops of 12 seeds':32} p11 2       {name} {early}       <= 1: {verdict(early <= 1)}",
+        f"{label:32} {base} {name} {shown}  <= {ceiling}: {verdict(value <= ceiling)}"
+        for label, base, shown, value, ceiling in checks
     ]
 
 
@@ -107,11 +113,11 @@ def table(folder: Path) -> list[str]:
             f"{folder}: expected a phase folder named pNN-DATE, e.g. benchmarks/results/p18-2026-12-05"
         )
     name = f"p{found.group(1)}"
-    rule, baseline = rule_for(int(found.group(1)))
+    rule = rule_for(int(found.group(1)))
     rows = early_stop_rows(folder, name) if rule.early_stops else []
     new_pattern = str(folder / f"{name}-{{}}.json")
     for label, task, key, op, threshold in rule.items:
-        old, new = figure(baseline, task, key), figure(new_pattern, task, key)
+        old, new = figure(rule.baseline_files, task, key), figure(new_pattern, task, key)
         if new is None:
             rows.append(f"{label:32} {rule.baseline} {old:8.4f}  {name} (not yet)")
             continue
