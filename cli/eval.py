@@ -24,6 +24,7 @@ from magnetsdk.cli.options import (
     model_options,
     no_repeat_ngram_option,
     open_magnet,
+    pool_stops_option,
     resample_copies_option,
     resample_ranking_option,
 )
@@ -309,6 +310,7 @@ def repetition(
 @copy_guard_option
 @resample_copies_option
 @resample_ranking_option
+@pool_stops_option
 @_common
 def infill(
     file,
@@ -322,6 +324,7 @@ def infill(
     copy_guard,
     resample_copies,
     resample_ranking,
+    pool_stops,
     limit,
     output,
     fmt,
@@ -354,6 +357,7 @@ def infill(
             copy_guard=copy_guard,
             resample_copies=resample_copies,
             resample_ranking=resample_ranking,
+            pool_stops=pool_stops,
         ),
     )
 

@@ -86,6 +86,14 @@ resample_ranking_option = click.option(
     "per-token (whole fills, mean log-likelihood per token) [default: Magnet.infill's].",
 )
 
+# ``Magnet.infill(pool_stops=...)``.
+pool_stops_option = click.option(
+    "--pool-stops/--no-pool-stops",
+    default=None,
+    help="Pick END and EOS, which both close a fill, as one token with their summed probability "
+    "[default: Magnet.infill's].",
+)
+
 
 def check_device(device: str) -> None:
     """Refuse a device that does not exist here before anything is loaded."""

@@ -14,6 +14,7 @@ from magnetsdk.cli.options import (
     model_options,
     no_repeat_ngram_option,
     open_magnet,
+    pool_stops_option,
     resample_copies_option,
     resample_ranking_option,
 )
@@ -126,6 +127,7 @@ def encode(
 @copy_guard_option
 @resample_copies_option
 @resample_ranking_option
+@pool_stops_option
 @_FORMAT
 def infill(
     texts,
@@ -147,6 +149,7 @@ def infill(
     copy_guard,
     resample_copies,
     resample_ranking,
+    pool_stops,
     fmt,
 ):
     """Fill the gaps marked in each text (default marker: [GAP]) using both sides."""
@@ -174,6 +177,7 @@ def infill(
                 copy_guard=copy_guard,
                 resample_copies=resample_copies,
                 resample_ranking=resample_ranking,
+                pool_stops=pool_stops,
             ),
         )
     except (TypeError, ValueError) as error:

@@ -97,6 +97,18 @@ def pick_tokens(
     return torch.cat(picked)
 
 
+def pool_tokens(logits: torch.Tensor, pooled: torch.Tensor) -> None:
+    """Merge, in place, the tokens ``pooled`` (k,) into its first: that token's probability becomes
+    their sum (its logit the log-sum-exp of theirs) and the others can no longer be picked.
+
+    For tokens that end a row the same way (END and EOS close a span), so that the model's wish to
+    stop is one event: greedy decoding then weighs the whole of it against the best other token."""
+    if len(pooled) < 2:
+        return
+    logits[:, pooled[0]] = torch.logsumexp(logits[:, pooled], dim=-1)
+    logits[:, pooled[1:]] = float("-inf")
+
+
 def penalise_repeats(logits: torch.Tensor, histories: Sequence[Sequence[int]], penalty: float) -> None:
     """Apply the repetition penalty in place, each row over its own history (padding excluded)."""
     if penalty == 1.0:
@@ -240,6 +252,7 @@ def decode(
     pad_id: int,
     *,
     banned_ids: Sequence[int] = (),
+    pooled_ids: Sequence[int] = (),
     past: Past | None = None,
     use_cache: bool = True,
     first_row: int = 0,
@@ -248,7 +261,8 @@ def decode(
     """Decode every row until its program is done; the programs hold the results.
 
     ``past`` continues from tokens already in a cache (an answer's context): the prompts are then
-    fed on top of it. ``banned_ids`` are never chosen. ``first_row`` is the index of row 0 within
+    fed on top of it. ``banned_ids`` are never chosen; ``pooled_ids`` are picked as one token, the
+    first, with their summed probability (:func:`pool_tokens`), after every ban. ``first_row`` is the index of row 0 within
     the caller's whole request (for the seeding rule). ``step_logits``, when given, collects each
     step's logits after banning (for equivalence tests). Returns the final cache (``None`` when
     ``use_cache=False``), holding everything fed, so a caller that shares it can crop it.
@@ -261,6 +275,9 @@ def decode(
     device = next(model.parameters()).device
     generators = sampling.generators(len(prompts), device, first_row)
     banned = torch.tensor(sorted(set(banned_ids)), dtype=torch.long, device=device)
+    if set(pooled_ids) & set(banned_ids):
+        raise ValueError(f"pooled_ids {list(pooled_ids)} overlap banned_ids {list(banned_ids)}")
+    pooled = torch.tensor(list(dict.fromkeys(pooled_ids)), dtype=torch.long, device=device)
 
     ids, valid, is_span = left_pad(prompts, pad_id, device)
     if past is not None:
@@ -281,6 +298,7 @@ def decode(
         histories = [p.history() for p in programs]
         penalise_repeats(logits, histories, sampling.repetition_penalty)
         ban_repeated_ngrams(logits, histories, sampling.no_repeat_ngram)
+        pool_tokens(logits, pooled)
         if step_logits is not None:
             step_logits.append(logits.detach().cpu())
         chosen = pick_tokens(logits, sampling, generators).tolist()

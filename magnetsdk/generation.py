@@ -7,6 +7,7 @@ real tokens, so a prompt's continuation does not depend on the other prompts of 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -55,8 +56,10 @@ def generate_texts(
     prompts: list[str],
     settings: GenerationSettings,
     first_row: int = 0,
+    banned_ids: Sequence[int] = (),
 ) -> list[str]:
-    """Continue each prompt; return only the new text of each.
+    """Continue each prompt; return only the new text of each. ``banned_ids`` are never generated
+    (a model's layout tokens: they belong to infill sequences, never to a continuation).
 
     ``first_row`` is the index of ``prompts[0]`` in the caller's whole request (the seeding rule of
     :mod:`magnetsdk.decoding`: row ``i`` samples with seed ``seed + i``).
@@ -81,6 +84,7 @@ def generate_texts(
         AttentionMode.CAUSAL,
         settings.sampling,
         pad,
+        banned_ids=banned_ids,
         first_row=first_row,
     )
     return [tokenizer.decode(p.tokens, skip_special_tokens=True) for p in programs]

@@ -45,7 +45,7 @@ from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, lay_out
 DEFAULT_GAP_MARKER = "[GAP]"
 
 
-def given_guards(**guards: int | str | None) -> dict[str, int | str]:
+def given_guards(**guards: int | str | bool | None) -> dict[str, int | str | bool]:
     """The fill guards a caller set (``no_repeat_ngram=``, ``copy_guard=``, ...), unset ones left out.
 
     A front end (the CLI, ``magnet eval infill``) passes on only what its user asked for, so that
@@ -352,13 +352,15 @@ def decode_spans(
     step_logits: list[torch.Tensor] | None = None,
     held_back: Sequence[frozenset[int]] | None = None,
     copy_guard: int = 0,
+    pool_stops: bool = False,
 ) -> list[list[list[int]]]:
     """Decode the spans of a batch of texts; ``contexts[i]`` is text ``i``'s token segments.
 
     Returns, per text, the token ids of each span (END excluded). A span is closed after
     ``max_new_tokens`` tokens if the model has not closed it. ``held_back[i]``, when given, are
     tokens text ``i``'s spans may not hold (see :func:`line_break_ids`). ``copy_guard=N`` (0: off)
-    keeps every span from holding a run of N tokens of its text's context. ``step_logits``, when
+    keeps every span from holding a run of N tokens of its text's context. ``pool_stops`` picks END
+    and EOS as one token with their summed probability (both close a span). ``step_logits``, when
     given, collects the logits of every step (for equivalence tests).
     """
     if held_back is not None and len(held_back) != len(contexts):
@@ -391,6 +393,7 @@ def decode_spans(
         pad_id,
         # Layout tokens other than END never belong inside a span; an EOS closes the span like END.
         banned_ids=(tokens.gap_id, tokens.span_id, tokens.mask_id),
+        pooled_ids=(tokens.end_id, eos_id) if pool_stops and eos_id is not None else (),
         use_cache=use_cache,
         first_row=first_row,
         step_logits=step_logits,

@@ -99,6 +99,20 @@ def resolve_layout_tokens(
     return LayoutTokens(**chosen, **ids), to_add
 
 
+def check_layout_tokens(layout: LayoutTokens, tokenizer) -> None:
+    """Each role needs a token of its own, and none may be EOS (EOS ends a text; END closes a span)."""
+    ids = layout.ids()
+    if len(set(ids.values())) < len(ids):
+        raise ValueError(f"the layout tokens {layout.strings()} must be four different tokens")
+    eos = tokenizer.eos_token_id
+    for role, token_id in ids.items():
+        if token_id == eos:
+            raise ValueError(
+                f"the {role} token {getattr(layout, role)!r} is the tokenizer's EOS; choose another "
+                "(END must close a span without also ending every text)"
+            )
+
+
 @dataclass(frozen=True)
 class InfillLayout:
     """How a text with gaps becomes one sequence (see the module docstring for the pictures)."""

@@ -376,6 +376,7 @@ class Magnet:
         repetition_penalty: float = 1.0,
         no_repeat_ngram: int = 0,
         copy_guard: int = 0,
+        pool_stops: bool = False,
         resample_copies: int = 0,
         resample_ranking: str = "total",
         layout: InfillLayout | str | None = None,
@@ -401,7 +402,10 @@ class Magnet:
         ``no_repeat_ngram=N`` (N >= 2; 0 is off) is a loop guard: no span repeats a run of N of
         the span tokens decoded so far. ``copy_guard=N`` (N >= 2; 0 is off) keeps every span from
         holding a run of N tokens of its own text (either side of any gap): it bans tokens inside
-        the decode. ``resample_copies=N`` (0 is off) leaves the decode alone: a fill that holds a
+        the decode. ``pool_stops=True`` counts END and EOS, which both close a span, as one token
+        whose probability is their sum, so a greedy fill stops when stopping as a whole beats the
+        best word (their tied embedding rows split the model's stop between them).
+        ``resample_copies=N`` (0 is off) leaves the decode alone: a fill that holds a
         run of :data:`~magnetsdk.copies.COPY_WORDS` words of its own text is replaced by the
         likeliest of N fills sampled at ``candidate_temperature`` / ``candidate_top_p`` that does
         not (ranked as ``candidates`` are; ``InfillResult.resampled`` says so), and stays when
@@ -427,6 +431,8 @@ class Magnet:
         check_decoding(max_new_tokens, temperature, top_p)
         sampling = Sampling(temperature, top_p, repetition_penalty, seed, no_repeat_ngram)
         check_run_length(copy_guard, "copy_guard")
+        if not isinstance(pool_stops, bool):
+            raise ValueError(f"pool_stops={pool_stops!r} must be True or False")
         check_resample_copies(resample_copies)
         check_resample_ranking(resample_ranking)
         ranking = candidate_sampling(candidates, candidate_temperature, candidate_top_p, sampling)
@@ -462,6 +468,7 @@ class Magnet:
                     first_row=first + at,
                     held_back=kept[at : at + batch_size],
                     copy_guard=copy_guard,
+                    pool_stops=pool_stops,
                 )
             return found
 
@@ -533,7 +540,8 @@ class Magnet:
         """Continue ``prompt`` causally (nucleus sampling by default; ``temperature=0`` is greedy).
 
         ``chat=True`` wraps the prompt in the tokenizer's chat template as a user message;
-        ``min_new_tokens`` holds back the end-of-sequence token until that many tokens exist.
+        ``min_new_tokens`` holds back the end-of-sequence token until that many tokens exist. The
+        layout tokens (:attr:`layout`) are never generated: they belong to infill sequences.
         """
         check_temperature(temperature)
         settings = GenerationSettings(
@@ -547,7 +555,16 @@ class Magnet:
         with self._lock, torch.inference_mode():
             for start in range(0, len(prompts), batch_size):
                 batch = prompts[start : start + batch_size]
-                outputs.extend(generate_texts(self.model, self.tokenizer, batch, settings, first_row=start))
+                outputs.extend(
+                    generate_texts(
+                        self.model,
+                        self.tokenizer,
+                        batch,
+                        settings,
+                        first_row=start,
+                        banned_ids=tuple(self.layout.ids().values()),
+                    )
+                )
         return outputs[0] if single else outputs
 
     def _prompt_limit(self, max_new_tokens: int) -> int:

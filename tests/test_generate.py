@@ -124,3 +124,29 @@ def test_min_new_tokens_holds_back_the_end_of_sequence(llama_magnet):
     assert stopped == [""]  # the EOS came first: nothing is kept
     held_ids = tokenizer(held[0], add_special_tokens=False)["input_ids"]
     assert len(held_ids) > 1 and held_ids[0] != first
+
+
+def test_a_continuation_never_holds_a_layout_token(llama_magnet):
+    m = llama_magnet
+    layout_ids = list(m.layout.ids().values())
+    rows = m.model.get_output_embeddings().weight
+    end = m.layout.end_id
+    saved = rows[end].detach().clone()
+    ids = m.tokenizer(PROMPTS[0], return_tensors="pt")["input_ids"]
+    try:
+        with torch.no_grad():
+            last = m.model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0, -1]
+            rows[end] = 50 * last / last.norm()  # END now wins after the prompt unless it is banned
+            picked, banned_pick = [], []
+            for _ in range(6):
+                logits = m.model(input_ids=ids).logits[0, -1]
+                picked.append(int(logits.argmax()))
+                logits[layout_ids] = float("-inf")
+                banned_pick.append(int(logits.argmax()))
+                ids = torch.cat([ids, logits.argmax().view(1, 1)], dim=1)
+            out = m.generate(PROMPTS[0], max_new_tokens=6, temperature=0, repetition_penalty=1.0)
+    finally:
+        with torch.no_grad():
+            rows[end] = saved
+    assert end in picked  # without the ban the model would have written END
+    assert out == m.tokenizer.decode(ids[0, -6:], skip_special_tokens=True)

@@ -147,3 +147,32 @@ def test_layout_token_lr_settings_that_cannot_work(
 ):
     with pytest.raises(ValueError, match=f"layout_token_lr.*{message}|{message}"):
         train_config(tmp_path, reserved_base, data_file, **overrides)
+
+
+def test_end_token_chooses_the_token_that_closes_spans_and_is_stored(
+    tmp_path, reserved_base, data_file, train_config
+):
+    tokenizer = tiny_tokenizer()
+    other = tokenizer.convert_ids_to_tokens(5)  # an ordinary token of the base, not a reserved one
+    run = train(train_config(tmp_path / "end", reserved_base, data_file, lora_r=4, lora_alpha=8, end_token=other))
+    magnet = Magnet.from_pretrained(str(run.output_dir), device="cpu")
+    assert magnet.layout.end == other and magnet.layout.end_id == 5
+    assert {k: v for k, v in magnet.layout.strings().items() if k != "end"} == {
+        k: v for k, v in RESERVED.items() if k != "end"
+    }
+    stored = json.loads((run.output_dir / "magnet_config.json").read_text())["layout_tokens"]
+    assert stored["end"] == other
+
+
+@pytest.mark.parametrize("token", ["eos", "gap"])
+def test_end_token_may_be_neither_eos_nor_another_role(tmp_path, reserved_base, data_file, train_config, token):
+    tokenizer = tiny_tokenizer()
+    end = tokenizer.eos_token if token == "eos" else RESERVED["gap"]
+    message = "is the tokenizer's EOS" if token == "eos" else "four different tokens"
+    with pytest.raises(ValueError, match=message):
+        train(train_config(tmp_path / token, reserved_base, data_file, lora_r=4, lora_alpha=8, end_token=end))
+
+
+def test_a_blank_end_token_is_refused(tmp_path, reserved_base, data_file, train_config):
+    with pytest.raises(ValueError, match="end_token=' ' is blank"):
+        train_config(tmp_path / "blank", reserved_base, data_file, end_token=" ")

@@ -182,6 +182,11 @@ class TrainConfig:
     # train_layout_tokens, and added tokens); None: learning_rate. Rows move slowly at LoRA's rate:
     # 50 steps at 1e-4 left END at cosine 0.991 from EOS (phase 13, docs/results.md).
     layout_token_lr: float | None = None
+    # The token that plays END (closes each span), by its string; None: the first of
+    # magnetsdk.layout.RESERVED_CANDIDATES["end"] the tokenizer has (SmolLM2: <issue_closed>, whose
+    # row is at cosine 0.991 from EOS's, so in spans the adapter closes with EOS, not END). A token
+    # the tokenizer lacks is added. Stored with the model; it may differ from an init_adapter's.
+    end_token: str | None = None
     lora_target_modules: list[str] | str | None = None  # None: the recipe's ("all-linear" mostly)
     gradient_checkpointing: bool = False
     mixed_precision: MixedPrecision = MixedPrecision.AUTO
@@ -387,6 +392,11 @@ class TrainConfig:
             )
 
     def _check_end_kl(self) -> None:
+        if self.end_token is not None and not self.end_token.strip():
+            raise ValueError(
+                f"end_token={self.end_token!r} is blank: name the token that closes each span "
+                "(for SmolLM2, e.g. '<|endoftext|>'), or leave it unset for the default"
+            )
         if self.span_end_weight <= 0:
             raise ValueError(
                 f"span_end_weight={self.span_end_weight} must be > 0 (1: END counts as any span token)"

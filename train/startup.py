@@ -39,7 +39,7 @@ from magnetsdk.train.generation_check import GenerationCheck
 from magnetsdk.train.objectives import MagnetObjectives
 
 from magnetsdk.encoding import fit_embeddings
-from magnetsdk.layout import resolve_layout_tokens
+from magnetsdk.layout import check_layout_tokens, resolve_layout_tokens
 
 # Settings that decide which examples a step sees; a resumed run must keep them.
 _RESUME_FIXED = (
@@ -216,7 +216,10 @@ class RunSetup:
                 "tokenizer.eos_token (e.g. to its end-of-text token) or choose a base model that has one"
             )
         self.tokenizer = tokenizer
-        self.layout, added = resolve_layout_tokens(tokenizer, None)
+        self.layout, added = resolve_layout_tokens(
+            tokenizer, {"end": config.end_token} if config.end_token else None
+        )
+        check_layout_tokens(self.layout, tokenizer)
         if added:
             fit_embeddings(model, tokenizer)
         self.tokens_added = bool(added)

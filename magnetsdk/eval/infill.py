@@ -154,6 +154,7 @@ def evaluate_infill(
     copy_guard: int | None = None,
     resample_copies: int | None = None,
     resample_ranking: str | None = None,
+    pool_stops: bool | None = None,
 ) -> EvalResult:
     """Span perplexity with both sides in each layout (default: the model's own), the shuffled-right
     control, and the left side only; optionally greedy fills of the first ``generate`` items."""
@@ -240,6 +241,7 @@ def evaluate_infill(
                     copy_guard=copy_guard,
                     resample_copies=resample_copies,
                     resample_ranking=resample_ranking,
+                    pool_stops=pool_stops,
                 ),
             )
             closed = [len(r.span_ids[0]) < max_new_tokens for r in filled]
@@ -307,6 +309,7 @@ def evaluate_infill(
                     ("copy_guard", copy_guard),
                     ("resample_copies", resample_copies),
                     ("resample_ranking", resample_ranking),
+                    ("pool_stops", pool_stops),
                 )
             },
             "layouts": [layout.name for layout in chosen],
