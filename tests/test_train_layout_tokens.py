@@ -154,7 +154,9 @@ def test_end_token_chooses_the_token_that_closes_spans_and_is_stored(
 ):
     tokenizer = tiny_tokenizer()
     other = tokenizer.convert_ids_to_tokens(5)  # an ordinary token of the base, not a reserved one
-    run = train(train_config(tmp_path / "end", reserved_base, data_file, lora_r=4, lora_alpha=8, end_token=other))
+    run = train(
+        train_config(tmp_path / "end", reserved_base, data_file, lora_r=4, lora_alpha=8, end_token=other)
+    )
     magnet = Magnet.from_pretrained(str(run.output_dir), device="cpu")
     assert magnet.layout.end == other and magnet.layout.end_id == 5
     assert {k: v for k, v in magnet.layout.strings().items() if k != "end"} == {
@@ -165,7 +167,9 @@ def test_end_token_chooses_the_token_that_closes_spans_and_is_stored(
 
 
 @pytest.mark.parametrize("token", ["eos", "gap"])
-def test_end_token_may_be_neither_eos_nor_another_role(tmp_path, reserved_base, data_file, train_config, token):
+def test_end_token_may_be_neither_eos_nor_another_role(
+    tmp_path, reserved_base, data_file, train_config, token
+):
     tokenizer = tiny_tokenizer()
     end = tokenizer.eos_token if token == "eos" else RESERVED["gap"]
     message = "is the tokenizer's EOS" if token == "eos" else "four different tokens"
