@@ -21,7 +21,7 @@ from layout_token_probe import ONE_SENTENCE
 
 from magnetsdk import Magnet
 from magnetsdk.forward import logits_at, run_decoder
-from magnetsdk.infilling import decode_spans
+from magnetsdk.infilling import decode_spans, may_break_lines, move_spaces_into_gaps, split_gaps
 from magnetsdk.modes import AttentionMode
 
 
@@ -44,10 +44,11 @@ def after_lone_sentences(magnet: Magnet) -> dict[str, float]:
 def span_steps(magnet: Magnet, items: list[dict], max_new_tokens: int) -> dict[str, float]:
     """P(END) and P(EOS) at every span step after the first, and which token closed each fill."""
     end, eos = magnet.layout.end_id, magnet.tokenizer.eos_token_id
-    contexts = [
-        [magnet.tokenizer(part, add_special_tokens=False)["input_ids"] for part in (i["left"], i["right"])]
-        for i in items
-    ]
+    # The segments and held-back tokens Magnet.infill would use for "left[GAP]right".
+    texts = [f"{i['left']}[GAP]{i['right']}" for i in items]
+    segments = [move_spaces_into_gaps(split_gaps(t, "[GAP]"))[0] for t in texts]
+    contexts = [[magnet.tokenizer(p, add_special_tokens=False)["input_ids"] for p in s] for s in segments]
+    held = [frozenset() if may_break_lines(t, "auto") else magnet._line_break_ids for t in texts]
     steps: list[torch.Tensor] = []
     with torch.no_grad():
         spans = decode_spans(
@@ -59,6 +60,7 @@ def span_steps(magnet: Magnet, items: list[dict], max_new_tokens: int) -> dict[s
             max_new_tokens=max_new_tokens,
             eos_id=eos,
             layout=magnet.infill_layout,
+            held_back=held,
             step_logits=steps,
         )
     p_end, p_eos, closed_by = [], [], {"end": 0, "eos": 0}
