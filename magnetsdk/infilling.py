@@ -359,9 +359,8 @@ def decode_spans(
     Returns, per text, the token ids of each span (END excluded). A span is closed after
     ``max_new_tokens`` tokens if the model has not closed it. ``held_back[i]``, when given, are
     tokens text ``i``'s spans may not hold (see :func:`line_break_ids`). ``copy_guard=N`` (0: off)
-    keeps every span from holding a run of N tokens of its text's context. ``pool_stops`` picks END
-    and EOS as one token with their summed probability (both close a span). ``step_logits``, when
-    given, collects the logits of every step (for equivalence tests).
+    keeps every span from holding a run of N tokens of its text's context; ``pool_stops`` picks END
+    and EOS as one token (:func:`magnetsdk.decoding.pool_tokens`). ``step_logits`` collects each step's logits.
     """
     if held_back is not None and len(held_back) != len(contexts):
         raise ValueError(f"held_back has {len(held_back)} entries for {len(contexts)} texts")
