@@ -262,10 +262,11 @@ def decode(
 
     ``past`` continues from tokens already in a cache (an answer's context): the prompts are then
     fed on top of it. ``banned_ids`` are never chosen; ``pooled_ids`` are picked as one token, the
-    first, with their summed probability (:func:`pool_tokens`), after every ban. ``first_row`` is the index of row 0 within
-    the caller's whole request (for the seeding rule). ``step_logits``, when given, collects each
-    step's logits after banning (for equivalence tests). Returns the final cache (``None`` when
-    ``use_cache=False``), holding everything fed, so a caller that shares it can crop it.
+    first, with their summed probability (:func:`pool_tokens`), after every ban. ``first_row`` is
+    the index of row 0 within the caller's whole request (for the seeding rule). ``step_logits``,
+    when given, collects each step's logits after banning and pooling (for equivalence tests).
+    Returns the final cache (``None`` when ``use_cache=False``), holding everything fed, so a caller
+    that shares it can crop it.
     """
     if len(prompts) != len(programs):
         raise ValueError(f"{len(prompts)} prompts for {len(programs)} programs")

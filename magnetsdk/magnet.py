@@ -552,17 +552,13 @@ class Magnet:
             check_texts(prompt, "prompt"), self.tokenizer, self._prompt_limit(max_new_tokens)
         )
         outputs: list[str] = []
+        layout_ids = tuple(self.layout.ids().values())
         with self._lock, torch.inference_mode():
             for start in range(0, len(prompts), batch_size):
                 batch = prompts[start : start + batch_size]
                 outputs.extend(
                     generate_texts(
-                        self.model,
-                        self.tokenizer,
-                        batch,
-                        settings,
-                        first_row=start,
-                        banned_ids=tuple(self.layout.ids().values()),
+                        self.model, self.tokenizer, batch, settings, first_row=start, banned_ids=layout_ids
                     )
                 )
         return outputs[0] if single else outputs

@@ -137,12 +137,11 @@ def test_a_continuation_never_holds_a_layout_token(llama_magnet):
         with torch.no_grad():
             last = m.model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0, -1]
             rows[end] = 50 * last / last.norm()  # END now wins after the prompt unless it is banned
-            picked, banned_pick = [], []
+            picked = []
             for _ in range(6):
                 logits = m.model(input_ids=ids).logits[0, -1]
                 picked.append(int(logits.argmax()))
                 logits[layout_ids] = float("-inf")
-                banned_pick.append(int(logits.argmax()))
                 ids = torch.cat([ids, logits.argmax().view(1, 1)], dim=1)
             out = m.generate(PROMPTS[0], max_new_tokens=6, temperature=0, repetition_penalty=1.0)
     finally:
