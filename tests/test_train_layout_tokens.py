@@ -180,3 +180,42 @@ def test_end_token_may_be_neither_eos_nor_another_role(
 def test_a_blank_end_token_is_refused(tmp_path, reserved_base, data_file, train_config):
     with pytest.raises(ValueError, match="end_token=' ' is blank"):
         train_config(tmp_path / "blank", reserved_base, data_file, end_token=" ")
+
+
+def _end_and_eos_rows(directory) -> tuple[torch.Tensor, torch.Tensor]:
+    magnet = Magnet.from_pretrained(str(directory), device="cpu")
+    rows = magnet.model.get_input_embeddings().weight
+    return rows[magnet.layout.end_id].detach(), rows[magnet.tokenizer.eos_token_id].detach()
+
+
+def test_end_row_from_eos_starts_end_on_eos_s_row(tmp_path, reserved_base, data_file, train_config):
+    """END's row starts as EOS's and trains from there: after 4 steps at 1e-3 it is within a few
+    Adam steps of EOS's row, while a run without the copy leaves it near its own (the reserved) row."""
+    moved = {}
+    for name, copy in (("copied", True), ("own", False)):
+        run = train(
+            train_config(
+                tmp_path / name,
+                reserved_base,
+                data_file,
+                lora_r=4,
+                lora_alpha=8,
+                train_layout_tokens=True,
+                layout_token_lr=1e-3,
+                end_row_from_eos=copy,
+            )
+        )
+        end, eos = _end_and_eos_rows(run.output_dir)
+        moved[name] = (end - eos).abs().max().item()
+        assert json.loads((run.output_dir / "train_config.json").read_text())["end_row_from_eos"] is copy
+    # Adam moves a weight by about its rate per step: 4 steps at 1e-3 leave END within ~4e-3 of EOS.
+    assert 0 < moved["copied"] < 1e-2 < moved["own"]
+
+
+def test_end_row_from_eos_without_a_trained_end_row_says_what_to_add(
+    tmp_path, reserved_base, data_file, train_config
+):
+    with pytest.raises(ValueError, match="does not train in this run.*--train-layout-tokens"):
+        train(train_config(tmp_path, reserved_base, data_file, lora_r=4, lora_alpha=8, end_row_from_eos=True))
+    with pytest.raises(ValueError, match="end_row_from_eos.*full fine-tune"):
+        train_config(tmp_path, reserved_base, data_file, full_finetune=True, end_row_from_eos=True)

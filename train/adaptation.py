@@ -146,3 +146,20 @@ def load_initial_adapter(trained: torch.nn.Module, config: TrainConfig) -> dict[
         )
     set_peft_model_state_dict(trained, weights)
     return {"path": str(directory), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def copy_token_row(trained: torch.nn.Module, source_id: int, target_id: int) -> None:
+    """Set the trained row of token ``target_id`` (input embedding and tied LM head) to the base's
+    row of ``source_id``. ``target_id`` must be one of the rows peft trains beside LoRA."""
+    layers = [
+        m for m in trained.modules() if hasattr(m, "trainable_tokens_delta") and "default" in m.token_indices
+    ]
+    if not layers or target_id not in layers[0].token_indices["default"]:
+        raise ValueError(
+            f"token {target_id}'s row does not train in this run, so it cannot start from token "
+            f"{source_id}'s: train the layout rows (train_layout_tokens=true, --train-layout-tokens)"
+        )
+    with torch.no_grad():
+        for layer in layers:
+            position = layer.token_indices["default"].index(target_id)
+            layer.trainable_tokens_delta["default"][position] = layer.base_layer.weight[source_id]

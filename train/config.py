@@ -187,6 +187,11 @@ class TrainConfig:
     # row is at cosine 0.991 from EOS's, so in spans the adapter closes with EOS, not END). A token
     # the tokenizer lacks is added. Stored with the model; it may differ from an init_adapter's.
     end_token: str | None = None
+    # END's row starts as a copy of EOS's (LoRA with END's row trained: train_layout_tokens, or an
+    # added END). A fill then closes where the init adapter closed it with EOS, from step 0, and the
+    # row parts from EOS's as it trains; without it a fresh END must be learnt (phase 21,
+    # docs/results.md: 50 steps closed no fill). Applied at step 0; a resumed run keeps its row.
+    end_row_from_eos: bool = False
     lora_target_modules: list[str] | str | None = None  # None: the recipe's ("all-linear" mostly)
     gradient_checkpointing: bool = False
     mixed_precision: MixedPrecision = MixedPrecision.AUTO
@@ -363,6 +368,11 @@ class TrainConfig:
             raise ValueError(
                 "layout_token_lr sets the rate of token rows that train beside LoRA; a full fine-tune "
                 "trains every row at learning_rate: drop layout_token_lr, or set full_finetune=false"
+            )
+        if self.end_row_from_eos and self.full_finetune:
+            raise ValueError(
+                "end_row_from_eos copies EOS's row into END's row that trains beside LoRA; a full "
+                "fine-tune has no such row: drop end_row_from_eos, or set full_finetune=false"
             )
         if self.train_layout_tokens and self.full_finetune:
             raise ValueError(

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from magnetsdk.train.adaptation import (
+    copy_token_row,
     load_initial_adapter,
     make_trainable,
     parameter_groups,
@@ -239,6 +240,8 @@ class RunSetup:
         self.init_adapter = (
             load_initial_adapter(self.trained, self.config) if self.config.init_adapter else None
         )
+        if self.config.end_row_from_eos:  # at step 0; a resumed run's checkpoint replaces the row
+            copy_token_row(self.trained, self.tokenizer.eos_token_id, self.layout.end_id)
         if not trainable_parameters(self.trained):
             raise ValueError("nothing to train: the model has no trainable parameters")
 
