@@ -71,7 +71,7 @@ def test_gpu_script_runs_on_the_cpu_with_a_tiny_model(tmp_path, base_dir):
         "LM_TOKENS": "256",
         "OMP_NUM_THREADS": "1",
         "TRAIN_ARGS": "--batch-size 4 --contrastive-batch-size 8 --contrastive-chunk-size 4 --eval-every 1 "
-        "--eval-new-tokens 8 --max-length 32",
+        "--eval-new-tokens 8 --max-length 32 --end-token <span_end>",  # the tiny base's EOS is <|endoftext|>
     }
     done = subprocess.run(
         ["bash", str(ROOT / "scripts" / "gpu_train.sh")], env=env, capture_output=True, text=True, timeout=900
@@ -91,4 +91,11 @@ def test_gpu_script_runs_on_the_cpu_with_a_tiny_model(tmp_path, base_dir):
     records = [json.loads(line) for line in (out / "adapter" / "metrics.jsonl").read_text().splitlines()]
     assert all("eval_natural_tokens" in r for r in records)
     assert all(r["scored"] is not None and r["kl"] is not None for r in records)  # CoSENT and KL train
+    assert all(r["end_kl"] is not None for r in records)  # the end KL trains too
+    trained = json.loads((out / "adapter" / "train_config.json").read_text())
+    assert (
+        trained["end_token"] == "<span_end>"
+        and trained["end_row_from_eos"]
+        and trained["train_layout_tokens"]
+    )
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
