@@ -219,3 +219,42 @@ def test_end_row_from_eos_without_a_trained_end_row_says_what_to_add(
         train(train_config(tmp_path, reserved_base, data_file, lora_r=4, lora_alpha=8, end_row_from_eos=True))
     with pytest.raises(ValueError, match="end_row_from_eos.*full fine-tune"):
         train_config(tmp_path, reserved_base, data_file, full_finetune=True, end_row_from_eos=True)
+
+
+def test_train_layout_roles_trains_only_the_rows_named(tmp_path, reserved_base, data_file, train_config):
+    """With ["end"], END's row parts from EOS's while mask, gap and span keep the base's rows."""
+    base = _layout_rows(Magnet.from_pretrained(reserved_base, device="cpu"))
+    run = train(
+        train_config(
+            tmp_path / "end-only",
+            reserved_base,
+            data_file,
+            lora_r=4,
+            lora_alpha=8,
+            train_layout_tokens=True,
+            train_layout_roles=["end"],
+            layout_token_lr=1e-2,
+            end_row_from_eos=True,
+        )
+    )
+    magnet = Magnet.from_pretrained(str(run.output_dir), device="cpu")
+    saved = json.loads((run.output_dir / "adapter_config.json").read_text())
+    assert saved["trainable_token_indices"] == [magnet.layout.end_id]
+    rows = _layout_rows(magnet)
+    assert torch.equal(rows[:3], base[:3])  # mask, gap, span
+    assert not torch.allclose(rows[3], base[3])
+    assert json.loads((run.output_dir / "train_config.json").read_text())["train_layout_roles"] == ["end"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"train_layout_tokens": True, "train_layout_roles": ["stop"]}, r"\['stop'\] is not a layout role"),
+        ({"train_layout_roles": ["end"]}, "train_layout_tokens is off.*--train-layout-tokens"),
+    ],
+)
+def test_train_layout_roles_that_cannot_work(
+    tmp_path, reserved_base, data_file, train_config, overrides, message
+):
+    with pytest.raises(ValueError, match=message):
+        train_config(tmp_path, reserved_base, data_file, **overrides)

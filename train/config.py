@@ -24,6 +24,8 @@ from typing import Any
 import tomllib
 from magnetsdk.train.recipes import RECIPES, recipe_defaults
 
+from magnetsdk.layout import RESERVED_CANDIDATES
+
 
 class LMAttention(str, Enum):
     """The attention mode of the language-modelling pass (MNTP + MSG)."""
@@ -178,6 +180,10 @@ class TrainConfig:
     # this, mask, gap, span and end look alike as inputs, and every END target also raises EOS
     # (docs/results.md, "The layout tokens share one embedding"). Added tokens always train. LoRA only.
     train_layout_tokens: bool = False
+    # Which layout roles' rows train under train_layout_tokens (mask, gap, span, end); empty: all
+    # four. ["end"] lets END part from EOS while GAP and SPAN keep the rows the infill was learnt
+    # with (phase 23, docs/results.md: all four at 3e-3 cost a little of the right side's help).
+    train_layout_roles: list[str] = field(default_factory=list)
     # Learning rate of the token rows that train beside LoRA (the layout rows under
     # train_layout_tokens, and added tokens); None: learning_rate. Rows move slowly at LoRA's rate:
     # 50 steps at 1e-4 left END at cosine 0.991 from EOS (phase 13, docs/results.md).
@@ -228,6 +234,7 @@ class TrainConfig:
         self.pairs = [str(p) for p in _as_list(self.pairs)]
         self.documents = [str(p) for p in _as_list(self.documents)]
         self.scored_pairs = [str(p) for p in _as_list(self.scored_pairs)]
+        self.train_layout_roles = [str(r) for r in _as_list(self.train_layout_roles)]
         if self.contrastive_batch_size is None:
             self.contrastive_batch_size = self.batch_size
         self.lm_attention = _enum(LMAttention, self.lm_attention, "lm_attention")
@@ -373,6 +380,17 @@ class TrainConfig:
             raise ValueError(
                 "end_row_from_eos copies EOS's row into END's row that trains beside LoRA; a full "
                 "fine-tune has no such row: drop end_row_from_eos, or set full_finetune=false"
+            )
+        unknown = sorted(set(self.train_layout_roles) - set(RESERVED_CANDIDATES))
+        if unknown:
+            raise ValueError(
+                f"train_layout_roles={self.train_layout_roles}: {unknown} is not a layout role; "
+                f"use some of {list(RESERVED_CANDIDATES)}"
+            )
+        if self.train_layout_roles and not self.train_layout_tokens:
+            raise ValueError(
+                f"train_layout_roles={self.train_layout_roles} picks which layout rows train, but "
+                "train_layout_tokens is off: add train_layout_tokens=true (--train-layout-tokens)"
             )
         if self.train_layout_tokens and self.full_finetune:
             raise ValueError(
