@@ -226,8 +226,9 @@ class RunSetup:
         self.tokens_added = bool(added)
         new_ids = {tokenizer.convert_tokens_to_ids(t) for t in added}
         # The embedding rows that train beside LoRA: added tokens always, reused ones on request.
-        roles = config.train_layout_roles or list(self.layout.ids())
-        requested = {self.layout.ids()[role] for role in roles} if config.train_layout_tokens else set()
+        layout_ids = self.layout.ids()
+        roles = config.train_layout_roles or list(layout_ids)
+        requested = {layout_ids[role] for role in roles} if config.train_layout_tokens else set()
         self.token_ids = sorted(new_ids | requested)
         return model
 
