@@ -226,6 +226,20 @@ def run_precision(run: Path, given: str | None) -> str:
     return recorded or given
 
 
+def _layout_rows(config: dict) -> str:
+    """What the weights hold beside LoRA: the layout tokens' embedding rows, when they were trained."""
+    if not config.get("train_layout_tokens"):
+        return ""
+    roles = config.get("train_layout_roles") or ["mask", "gap", "span", "end"]
+    played = (
+        f"; END is played by `{config['end_token']}`" if config.get("end_token") and "end" in roles else ""
+    )
+    return (
+        f", and the trained embedding rows of the layout roles {', '.join(roles)} (tied to the LM head;"
+        f" the loader writes them into both{played})"
+    )
+
+
 def model_card(
     run: Path, command: str, adapter_prefix: Path, base_prefix: Path, size: int, precision: str
 ) -> str:
@@ -239,7 +253,20 @@ def model_card(
     if config.get("end_kl_weight"):
         settings += "".join(
             f"\n| {k} | {config.get(k)} |"
-            for k in ("end_kl_weight", "end_kl_batch_size", "end_kl_max_tokens")
+            for k in ("end_kl_weight", "end_kl_without_end", "end_kl_batch_size", "end_kl_max_tokens")
+        )
+    if config.get("span_end_weight", 1.0) != 1.0:
+        settings += f"\n| span_end_weight | {config['span_end_weight']} |"
+    if config.get("end_token") or config.get("train_layout_tokens"):
+        settings += "".join(
+            f"\n| {k} | {config.get(k)} |"
+            for k in (
+                "end_token",
+                "end_row_from_eos",
+                "train_layout_tokens",
+                "train_layout_roles",
+                "layout_token_lr",
+            )
         )
     if config.get("scored_pairs"):
         settings += (
@@ -271,7 +298,7 @@ A LoRA adapter that turns SmolLM2-135M-Instruct (Apache-2.0) into one model that
 merged; `Magnet.from_pretrained("default-base")` loads the base model without it.
 
 Weights: {WEIGHTS}, bfloat16, {size / 1e6:.1f} MB (rank {config.get("lora_r")} on every linear
-projection of the 30 layers).
+projection of the 30 layers){_layout_rows(config)}.
 
 ## How it was trained
 

@@ -36,3 +36,23 @@ def test_a_run_that_does_not_record_its_precision_needs_it_given(tmp_path):
     with pytest.raises(SystemExit, match="give --precision bf16 or --precision fp32"):
         ship.run_precision(run, None)
     assert ship.PRECISIONS[ship.run_precision(run, "bf16")] == "bf16 autocast"
+
+
+def test_the_card_names_the_trained_layout_rows_and_the_end_settings(tmp_path):
+    ship = load_script()
+    config = {"train_layout_tokens": True, "train_layout_roles": ["end"], "end_token": "<|endoftext|>"}
+    assert "roles end" in ship._layout_rows(config)
+    assert "`<|endoftext|>`" in ship._layout_rows(config)
+    assert ship._layout_rows({"train_layout_tokens": False}) == ""
+    assert "mask, gap, span, end" in ship._layout_rows({"train_layout_tokens": True})
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train_config.json").write_text(
+        json.dumps({**config, "recipe": "magnet", "span_end_weight": 5.0, "layout_token_lr": 0.003})
+    )
+    (run / "magnet_config.json").write_text(json.dumps({"training": {}}))
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0, "tokens": 10, "elapsed_s": 2.0}))
+    card = ship.model_card(run, "magnet train", tmp_path / "a", tmp_path / "b", 1000, "no")
+    for row in ("| span_end_weight | 5.0 |", "| end_token | <|endoftext|> |", "| layout_token_lr | 0.003 |"):
+        assert row in card
