@@ -54,7 +54,8 @@ def main() -> None:
         "demo_seed_0": sampled[0],
     }
     args.output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    print(json.dumps(result, indent=1))
+    # Only the stop figure: a rule may leave the others (facts, fills) unread until its decision.
+    print(f"wrote {args.output}; demo continuation tokens under seeds 0-11: {result['demo_seed_tokens']}")
 
 
 if __name__ == "__main__":
