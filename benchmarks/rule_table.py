@@ -6,7 +6,9 @@ Each phase wrote its rule (items, order, thresholds) before it trained a step; t
 item beside the baseline's figure and says whether it holds. Phase 11 was judged against phase 10
 (fp32) on the nine quality items. From phase 14 on the baseline is phase 11 and the table opens with
 the early stops (EOS after a lone sentence and after an inner period, the demo's early stops); from
-phase 15 on the dev fills must also close and keep the true span's words. A result file that is not
+phase 15 on the dev fills must also close and keep the true span's words; from phase 28 on the
+figures beside the thresholds are phase 27's (the shipped adapter since 2026-12-06), and the gap
+between STS-B dev and the held-out even rows must narrow. A result file that is not
 there yet prints as "(not yet)".
 """
 
@@ -52,9 +54,16 @@ class Rule(NamedTuple):
     baseline_files: str  # its result files, a pattern with {} for the eval task
     items: list
     early_stops: bool  # the table opens with the early-stop item
+    sts_gap: float | None = None  # a ceiling on STS-B dev minus the held-out even rows
+
+
+# Phase 28 on: the gap between STS-B dev and the held-out even rows must narrow (phase 27: 84.71 -
+# 79.27 = 5.44, less 0.25).
+STS_GAP_P28 = 5.19
 
 
 P11 = str(RESULTS / "p11-2026-12-03" / "p11-{}.json")
+P27 = str(RESULTS / "p27-2026-12-06" / "p27-{}.json")
 
 
 def rule_for(phase: int) -> Rule:
@@ -63,6 +72,8 @@ def rule_for(phase: int) -> Rule:
         return Rule("p10", str(RESULTS / "p10-2026-12-03" / "p10fp32-{}.json"), QUALITY_P11, False)
     if phase == 14:
         return Rule("p11", P11, QUALITY, True)
+    if phase >= 28:  # the thresholds stay phase 11's; the figures beside them are phase 27's
+        return Rule("p27", P27, FILLS + QUALITY, True, STS_GAP_P28)
     if phase >= 15:
         return Rule("p11", P11, FILLS + QUALITY, True)
     raise SystemExit(f"phase {phase} has no rule table: phases 11 and 14 onward have one")
@@ -125,7 +136,24 @@ def table(folder: Path) -> list[str]:
         rows.append(
             f"{label:32} {rule.baseline} {old:8.4f}  {name} {new:8.4f}  {op} {threshold}: {verdict(holds)}"
         )
+    if rule.sts_gap is not None:
+        rows.append(sts_gap_row(rule, new_pattern, name))
     return rows
+
+
+def sts_gap_row(rule: Rule, new_pattern: str, name: str) -> str:
+    """STS-B dev minus the held-out even rows, against the rule's ceiling."""
+    label = "STS-B dev - held-out even rows"
+
+    def gap(pattern: str) -> float | None:
+        dev = figure(pattern, "sts-dev", "sts-dev.spearman")
+        even = figure(pattern, "sts-heldout-select", "sts-heldout-select.spearman")
+        return None if dev is None or even is None else dev - even
+
+    old, new = gap(rule.baseline_files), gap(new_pattern)
+    if new is None:
+        return f"{label:32} {rule.baseline} {old:8.4f}  {name} (not yet)"
+    return f"{label:32} {rule.baseline} {old:8.4f}  {name} {new:8.4f}  <= {rule.sts_gap}: {verdict(new <= rule.sts_gap)}"
 
 
 def main() -> None:

@@ -45,3 +45,19 @@ def test_a_phase_without_its_files_prints_not_yet_and_a_bad_folder_is_refused(tm
         rule_table.table(tmp_path)
     with pytest.raises(SystemExit, match="no rule table"):
         rule_table.table(tmp_path / "p12-2026-12-04")
+
+
+def test_phase_27_holds_every_item_and_later_phases_must_narrow_the_sts_gap(tmp_path):
+    rule_table = load_script()
+    phase27 = verdicts(rule_table.table(ROOT / "benchmarks/results/p27-2026-12-06"))
+    assert len(phase27) == 14 and set(phase27.values()) == {"holds"}  # shipped 2026-12-06
+    folder = tmp_path / "p28-2027-01-01"
+    folder.mkdir()
+    for task, value in (("sts-dev", 85.0), ("sts-heldout-select", 80.0)):
+        (folder / f"p28-{task}.json").write_text(json.dumps({"figures": {f"{task}.spearman": value}}))
+    rows = verdicts(rule_table.table(folder))
+    assert rows["STS-B dev - held-out even rows"] == "holds"  # 5.0 <= 5.19
+    (folder / "p28-sts-heldout-select.json").write_text(
+        json.dumps({"figures": {"sts-heldout-select.spearman": 79.5}})
+    )
+    assert verdicts(rule_table.table(folder))["STS-B dev - held-out even rows"] == "FAILS"  # 5.5
