@@ -97,6 +97,19 @@ def test_an_adapter_without_token_rows_starts_a_run_that_trains_them(
     )
 
 
+def test_end_row_from_eos_refuses_to_overwrite_an_adapter_s_trained_end_row(
+    tmp_path, reserved_base, data_file, train_config
+):
+    rows = {"lora_r": 4, "lora_alpha": 8, "train_layout_tokens": True, "train_layout_roles": ["end"]}
+    first = train(train_config(tmp_path / "first", reserved_base, data_file, end_row_from_eos=True, **rows))
+    start = {"init_adapter": str(first.output_dir), **rows}
+    with pytest.raises(ValueError, match="holds trained layout-token rows.*drop end_row_from_eos"):
+        train(train_config(tmp_path / "copy", reserved_base, data_file, end_row_from_eos=True, **start))
+    # Without the copy the run continues from the adapter's END row.
+    second = train(train_config(tmp_path / "second", reserved_base, data_file, **start))
+    assert json.loads((second.output_dir / "magnet_config.json").read_text())["training"]["init_adapter"]
+
+
 def test_train_layout_tokens_with_a_full_finetune_says_what_to_change(
     tmp_path, reserved_base, data_file, train_config
 ):

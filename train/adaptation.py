@@ -124,6 +124,12 @@ def load_initial_adapter(trained: torch.nn.Module, config: TrainConfig) -> dict[
     # An adapter that kept the base's rows of reused layout tokens may start a run that trains
     # them (train_layout_tokens): those rows start from the base's.
     rows_start_from_base = bool(config.train_layout_tokens and saved.get("trainable_token_indices") is None)
+    if config.end_row_from_eos and saved.get("trainable_token_indices") is not None:
+        raise ValueError(
+            f"init_adapter={source!r} holds trained layout-token rows, and end_row_from_eos would "
+            "overwrite END's with EOS's row at step 0: drop end_row_from_eos to continue from the "
+            "adapter's END row"
+        )
     if rows_start_from_base:
         del wanted["trainable_token_indices"]
     differ = [(name, theirs, ours, fix) for name, (theirs, ours, fix) in wanted.items() if theirs != ours]
