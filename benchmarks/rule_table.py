@@ -129,31 +129,30 @@ def table(folder: Path) -> list[str]:
     new_pattern = str(folder / f"{name}-{{}}.json")
     for label, task, key, op, threshold in rule.items:
         old, new = figure(rule.baseline_files, task, key), figure(new_pattern, task, key)
-        if new is None:
-            rows.append(f"{label:32} {rule.baseline} {old:8.4f}  {name} (not yet)")
-            continue
-        holds = new >= threshold if op == ">=" else new <= threshold
-        rows.append(
-            f"{label:32} {rule.baseline} {old:8.4f}  {name} {new:8.4f}  {op} {threshold}: {verdict(holds)}"
-        )
+        rows.append(item_row(label, rule.baseline, old, name, new, op, threshold))
     if rule.sts_gap is not None:
-        rows.append(sts_gap_row(rule, new_pattern, name))
+        old, new = sts_gap(rule.baseline_files), sts_gap(new_pattern)
+        rows.append(
+            item_row("STS-B dev - held-out even rows", rule.baseline, old, name, new, "<=", rule.sts_gap)
+        )
     return rows
 
 
-def sts_gap_row(rule: Rule, new_pattern: str, name: str) -> str:
-    """STS-B dev minus the held-out even rows, against the rule's ceiling."""
-    label = "STS-B dev - held-out even rows"
-
-    def gap(pattern: str) -> float | None:
-        dev = figure(pattern, "sts-dev", "sts-dev.spearman")
-        even = figure(pattern, "sts-heldout-select", "sts-heldout-select.spearman")
-        return None if dev is None or even is None else dev - even
-
-    old, new = gap(rule.baseline_files), gap(new_pattern)
+def item_row(
+    label: str, baseline: str, old: float, name: str, new: float | None, op: str, threshold: float
+) -> str:
+    """One item: the baseline's figure, this phase's, and whether it holds ("(not yet)" without it)."""
     if new is None:
-        return f"{label:32} {rule.baseline} {old:8.4f}  {name} (not yet)"
-    return f"{label:32} {rule.baseline} {old:8.4f}  {name} {new:8.4f}  <= {rule.sts_gap}: {verdict(new <= rule.sts_gap)}"
+        return f"{label:32} {baseline} {old:8.4f}  {name} (not yet)"
+    holds = new >= threshold if op == ">=" else new <= threshold
+    return f"{label:32} {baseline} {old:8.4f}  {name} {new:8.4f}  {op} {threshold}: {verdict(holds)}"
+
+
+def sts_gap(pattern: str) -> float | None:
+    """STS-B dev minus the held-out even rows, from one model's result files."""
+    dev = figure(pattern, "sts-dev", "sts-dev.spearman")
+    even = figure(pattern, "sts-heldout-select", "sts-heldout-select.spearman")
+    return None if dev is None or even is None else dev - even
 
 
 def main() -> None:
