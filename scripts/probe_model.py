@@ -19,10 +19,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from test_default_model import INFILL_FACTS, facts_known, infill_facts_stated  # noqa: E402
+from test_default_model import (  # noqa: E402
+    INFILL_FACTS,
+    demo_continuations,
+    facts_known,
+    infill_facts_stated,
+)
 
 from magnetsdk import Magnet  # noqa: E402
-from magnetsdk.demo import GAP_TEXT, GENERATE_TOKENS, PROMPT  # noqa: E402
+from magnetsdk.demo import GAP_TEXT, PROMPT  # noqa: E402
 
 
 def main() -> None:
@@ -39,7 +44,7 @@ def main() -> None:
     greedy = magnet.infill(texts, max_new_tokens=8)
     ranked = magnet.infill(texts, max_new_tokens=8, candidates=8, seed=0)
 
-    sampled = [magnet.generate(PROMPT, max_new_tokens=GENERATE_TOKENS, seed=seed) for seed in range(12)]
+    sampled = demo_continuations(magnet)
     result = {
         "model": args.model,
         "facts": facts_known(magnet),
@@ -48,10 +53,8 @@ def main() -> None:
         "demo_gap_ranked": ranked[0].spans[0],
         "demo_gap_greedy": greedy[0].spans[0],
         "generate_greedy": magnet.generate(PROMPT, max_new_tokens=48, temperature=0),
-        "demo_seed_tokens": [
-            len(magnet.tokenizer(s, add_special_tokens=False)["input_ids"]) for s in sampled
-        ],
-        "demo_seed_0": sampled[0],
+        "demo_seed_tokens": [tokens for _, tokens in sampled],
+        "demo_seed_0": sampled[0][0],
     }
     args.output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     # Only the stop figure: a rule may leave the others (facts, fills) unread until its decision.
