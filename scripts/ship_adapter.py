@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from magnetsdk.layout import RESERVED_CANDIDATES
 from magnetsdk.model_dir import Manifest, ModelDirectoryError, write_model_directory
 
 WEIGHTS = "adapter_model.safetensors"
@@ -145,8 +146,13 @@ FIGURES = [
 ]
 
 
-def figure(prefix: Path, suffix: str, key: str) -> float | None:
-    return result_figures(prefix.parent / f"{prefix.name}-{suffix}.json").get(key)
+def figure(prefixes: list[Path], suffix: str, key: str) -> float | None:
+    """The figure from the first of ``prefixes`` whose result file holds it."""
+    for prefix in prefixes:
+        value = result_figures(prefix.parent / f"{prefix.name}-{suffix}.json").get(key)
+        if value is not None:
+            return value
+    return None
 
 
 @functools.cache
@@ -157,11 +163,11 @@ def result_figures(path: Path) -> dict[str, float]:
     return json.loads(path.read_text(encoding="utf-8"))["figures"]
 
 
-def scores_table(adapter_prefix: Path, base_prefix: Path) -> str:
+def scores_table(adapter_prefix: Path, base_prefixes: list[Path]) -> str:
     """The figures side by side, with whether this adapter is better or worse than the base."""
     lines = ["| measure | base (unadapted) | this adapter | vs base |", "|---|---|---|---|"]
     for suffix, key, label, scale, better in FIGURES:
-        ours, base = figure(adapter_prefix, suffix, key), figure(base_prefix, suffix, key)
+        ours, base = figure([adapter_prefix], suffix, key), figure(base_prefixes, suffix, key)
         if ours is None and base is None:
             continue
         show = [f"{v * scale:.4g}" if v is not None else "not measured" for v in (base, ours)]
@@ -226,11 +232,15 @@ def run_precision(run: Path, given: str | None) -> str:
     return recorded or given
 
 
+def _setting_rows(config: dict, keys: tuple[str, ...]) -> str:
+    return "".join(f"\n| {k} | {config.get(k)} |" for k in keys)
+
+
 def _layout_rows(config: dict) -> str:
     """What the weights hold beside LoRA: the layout tokens' embedding rows, when they were trained."""
     if not config.get("train_layout_tokens"):
         return ""
-    roles = config.get("train_layout_roles") or ["mask", "gap", "span", "end"]
+    roles = config.get("train_layout_roles") or list(RESERVED_CANDIDATES)  # empty: every role
     played = (
         f"; END is played by `{config['end_token']}`" if config.get("end_token") and "end" in roles else ""
     )
@@ -241,7 +251,7 @@ def _layout_rows(config: dict) -> str:
 
 
 def model_card(
-    run: Path, command: str, adapter_prefix: Path, base_prefix: Path, size: int, precision: str
+    run: Path, command: str, adapter_prefix: Path, base_prefixes: list[Path], size: int, precision: str
 ) -> str:
     config = json.loads((run / "train_config.json").read_text(encoding="utf-8"))
     summary = run_summary(run)
@@ -251,22 +261,15 @@ def model_card(
             "mntp_fraction", "kl_weight", "infill_layout", "mixed_precision", "seed")  # fmt: skip
     settings = "\n".join(f"| {k} | {config.get(k)} |" for k in keys if k in config)
     if config.get("end_kl_weight"):
-        settings += "".join(
-            f"\n| {k} | {config.get(k)} |"
-            for k in ("end_kl_weight", "end_kl_without_end", "end_kl_batch_size", "end_kl_max_tokens")
+        settings += _setting_rows(
+            config, ("end_kl_weight", "end_kl_without_end", "end_kl_batch_size", "end_kl_max_tokens")
         )
     if config.get("span_end_weight", 1.0) != 1.0:
-        settings += f"\n| span_end_weight | {config['span_end_weight']} |"
+        settings += _setting_rows(config, ("span_end_weight",))
     if config.get("end_token") or config.get("train_layout_tokens"):
-        settings += "".join(
-            f"\n| {k} | {config.get(k)} |"
-            for k in (
-                "end_token",
-                "end_row_from_eos",
-                "train_layout_tokens",
-                "train_layout_roles",
-                "layout_token_lr",
-            )
+        settings += _setting_rows(
+            config,
+            ("end_token", "end_row_from_eos", "train_layout_tokens", "train_layout_roles", "layout_token_lr"),
         )
     if config.get("scored_pairs"):
         settings += (
@@ -330,7 +333,7 @@ Measured with `magnet eval` (`scripts/eval_model.sh`, commands in `docs/results.
 unadapted base model measured the same way (equal lengths and the same sampler for repetition,
 the same tokens for perplexity). "worse" marks every figure where this adapter is behind the base.
 
-{scores_table(adapter_prefix, base_prefix)}
+{scores_table(adapter_prefix, base_prefixes)}
 
 See `docs/results.md` for the project's targets and which of them this adapter misses.
 """
@@ -341,7 +344,14 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="the output dir of magnet train")
     parser.add_argument("--command", required=True, help="the magnet train command that made the run")
     parser.add_argument("--adapter-eval", type=Path, required=True, help="prefix of its eval files")
-    parser.add_argument("--base-eval", type=Path, required=True, help="prefix of the base's eval files")
+    parser.add_argument(
+        "--base-eval",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="prefix of the base's eval files; several when they were measured apart (the first that "
+        "holds a figure gives it)",
+    )
     parser.add_argument("--into", type=Path, default=Path("magnetsdk/adapters/default"))
     parser.add_argument("--notes", type=Path, default=None, help="Markdown appended to the card")
     parser.add_argument(

@@ -53,6 +53,16 @@ def test_the_card_names_the_trained_layout_rows_and_the_end_settings(tmp_path):
     )
     (run / "magnet_config.json").write_text(json.dumps({"training": {}}))
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0, "tokens": 10, "elapsed_s": 2.0}))
-    card = ship.model_card(run, "magnet train", tmp_path / "a", tmp_path / "b", 1000, "no")
+    card = ship.model_card(run, "magnet train", tmp_path / "a", [tmp_path / "b"], 1000, "no")
     for row in ("| span_end_weight | 5.0 |", "| end_token | <|endoftext|> |", "| layout_token_lr | 0.003 |"):
         assert row in card
+
+
+def test_the_base_s_figures_come_from_the_first_prefix_that_holds_them(tmp_path):
+    ship = load_script()
+    for name, figures in (("later", {"gold_f1": 0.171}), ("earlier", {"gold_f1": 0.2, "copy_rate": 0.225})):
+        (tmp_path / f"{name}-infill-test.json").write_text(json.dumps({"figures": figures}))
+    prefixes = [tmp_path / "later", tmp_path / "earlier"]
+    assert ship.figure(prefixes, "infill-test", "gold_f1") == 0.171
+    assert ship.figure(prefixes, "infill-test", "copy_rate") == 0.225
+    assert ship.figure(prefixes, "infill-test-all", "copy_rate") is None
