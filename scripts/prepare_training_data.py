@@ -10,7 +10,8 @@ Writes, under ``--out`` (default ``runs/data``):
   an article ends (``TrainConfig.documents``).
 - ``snli_pairs.jsonl``: ``{"anchor", "positive", "negative"}`` per SNLI dev or test premise that has
   an entailed hypothesis (the positive) and a contradicted one (the hard negative), for SSCL.
-- ``sts_scored.jsonl``: ``{"text1", "text2", "score"}`` per STS-B train row that is not held out
+- ``sts_scored.jsonl``: ``{"text1", "text2", "score", "source"}`` (source: the row's genre, such as
+  ``headlines``; ``TrainConfig.scored_source_power`` balances by it) per STS-B train row that is not held out
   and shares no sentence with the held-out rows or STS-B dev: scored pairs for the supervised
   CoSENT term (``TrainConfig.scored_pairs``). A recipe that reads it is supervised on STS-B
   train's labels and says so.
@@ -124,9 +125,9 @@ def write(path: Path, text: str) -> None:
 
 
 def scored_pairs(rows: list[list[str]], excluded: set[str]) -> list[dict[str, object]]:
-    """STS-B rows as ``{"text1", "text2", "score"}``, leaving out every row with a sentence in ``excluded``."""
+    """STS-B rows as ``{"text1", "text2", "score", "source"}``, leaving out every row with a sentence in ``excluded``."""
     return [
-        {"text1": r[5].strip(), "text2": r[6].strip(), "score": float(r[4])}
+        {"text1": r[5].strip(), "text2": r[6].strip(), "score": float(r[4]), "source": r[1]}
         for r in rows
         if r[5].strip() not in excluded and r[6].strip() not in excluded
     ]

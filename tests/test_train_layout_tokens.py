@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from magnetsdk.train.trainer import train
+from safetensors.torch import load_file
 
 from magnetsdk import Magnet
 from magnetsdk.layout import RESERVED_CANDIDATES
@@ -141,6 +142,25 @@ def test_layout_token_lr_moves_the_rows_further_than_lora_s_rate(
     assert moved["faster"] > 20 * moved["shared"] > 0
 
 
+def test_layout_token_lr_zero_keeps_the_rows_while_lora_trains(
+    tmp_path, reserved_base, data_file, train_config
+):
+    base = _layout_rows(Magnet.from_pretrained(reserved_base, device="cpu"))
+    config = train_config(
+        tmp_path,
+        reserved_base,
+        data_file,
+        lora_r=4,
+        lora_alpha=8,
+        train_layout_tokens=True,
+        layout_token_lr=0.0,
+    )
+    run = train(config)
+    assert torch.equal(_layout_rows(Magnet.from_pretrained(str(run.output_dir), device="cpu")), base)
+    weights = load_file(run.output_dir / "adapter_model.safetensors")
+    assert any("lora_B" in name and tensor.abs().sum() > 0 for name, tensor in weights.items())
+
+
 def test_layout_token_lr_without_trained_rows_says_what_to_add(
     tmp_path, reserved_base, data_file, train_config
 ):
@@ -151,7 +171,7 @@ def test_layout_token_lr_without_trained_rows_says_what_to_add(
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"layout_token_lr": 0.0}, "must be > 0"),
+        ({"layout_token_lr": -1e-3}, "must be >= 0"),
         ({"layout_token_lr": 1e-3, "full_finetune": True}, "full fine-tune"),
     ],
 )

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 from magnetsdk.train.config import TrainConfig
-from magnetsdk.train.data import ScoredPair, read_scored_pairs
+from magnetsdk.train.data import ScoredPair, read_scored_pairs, scored_draws, source_balanced
 from magnetsdk.train.metrics import read_metrics
 from magnetsdk.train.objectives import cosent
 from magnetsdk.train.trainer import train
@@ -26,8 +26,11 @@ PAIRS = [
 ]
 
 
-def write_scored(path, pairs=PAIRS) -> str:
-    path.write_text("".join(json.dumps({"text1": a, "text2": b, "score": s}) + "\n" for a, b, s in pairs))
+def write_scored(path, pairs=PAIRS, sources=None) -> str:
+    rows = [{"text1": a, "text2": b, "score": s} for a, b, s in pairs]
+    for row, source in zip(rows, sources or [], strict=False):
+        row["source"] = source
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return str(path)
 
 
@@ -86,6 +89,62 @@ def test_a_score_that_is_not_a_number_names_its_line(tmp_path, score):
         read_scored_pairs([str(path)])
 
 
+def test_a_pair_s_source_is_read_when_given(tmp_path):
+    path = write_scored(tmp_path / "s.jsonl", PAIRS[:3], sources=["captions", "", None])
+    assert [p.source for p in read_scored_pairs([path])] == ["captions", None, None]
+
+
+def test_source_balanced_draws_follow_the_power_of_each_source_s_count():
+    sources = ["big"] * 60 + ["mid"] * 30 + ["small"] * 10
+    assert source_balanced(sources, 1.0) == list(range(100))  # the items' own proportions
+    for power, shares in ((0.0, (1, 1, 1)), (0.5, (60**0.5, 30**0.5, 10**0.5))):
+        drawn = source_balanced(sources, power)
+        counts = [sum(sources[i] == name for i in drawn) for name in ("big", "mid", "small")]
+        assert counts[0] == 60  # the largest source is drawn once per item
+        for count, share in zip(counts, shares, strict=True):
+            assert count == pytest.approx(60 * share / shares[0], abs=1)
+        # Each source's items are cycled in turn: every item drawn, none more than once above the rest.
+        for name in ("mid", "small"):
+            per_item = [drawn.count(i) for i, s in enumerate(sources) if s == name]
+            assert min(per_item) >= 1 and max(per_item) - min(per_item) <= 1
+    with pytest.raises(ValueError, match="power=-1"):
+        source_balanced(sources, -1)
+
+
+def test_scored_draws_balance_the_sources_only_when_asked():
+    pairs = [ScoredPair(f"c{i}", f"d{i}", float(i % 5), "captions") for i in range(40)]
+    pairs += [ScoredPair(f"f{i}", f"r{i}", float(i % 5), "forum") for i in range(8)]
+    assert scored_draws(pairs, 1.0, ["s.jsonl"]) == list(range(48))
+    drawn = scored_draws(pairs, 0.0, ["s.jsonl"])
+    assert (
+        sum(pairs[i].source == "forum" for i in drawn)
+        == sum(pairs[i].source == "captions" for i in drawn)
+        == 40
+    )
+    unsourced = [*pairs, ScoredPair("a", "b", 1.0)]
+    assert scored_draws(unsourced, 1.0, ["s.jsonl"]) == list(range(49))  # no source needed unless balancing
+    with pytest.raises(DataError, match=r"1 of the 49 pairs in \['s.jsonl'\] have no \"source\""):
+        scored_draws(unsourced, 0.5, ["s.jsonl"])
+
+
+def test_a_balanced_run_trains_its_scored_term(tmp_path, train_config, base_dir, data_file):
+    scored = write_scored(tmp_path / "s.jsonl", sources=["captions", "captions", "news", "forum"])
+    config = train_config(tmp_path, base_dir, data_file, scored_pairs=[scored], scored_source_power=0.0)
+    assert all(r["scored"] is not None for r in read_metrics(train(config).metrics_path))
+
+
+def test_balancing_pairs_without_a_source_says_what_to_give(tmp_path, train_config, base_dir, data_file):
+    config = train_config(
+        tmp_path,
+        base_dir,
+        data_file,
+        scored_pairs=[write_scored(tmp_path / "s.jsonl")],
+        scored_source_power=0.0,
+    )
+    with pytest.raises(DataError, match='4 of the 4 pairs .* have no "source"'):
+        train(config)
+
+
 def test_a_scored_pair_file_without_a_score_column_is_refused(tmp_path):
     path = tmp_path / "pairs.jsonl"
     path.write_text(json.dumps({"text1": "a", "text2": "b"}) + "\n")
@@ -99,6 +158,7 @@ def test_a_scored_pair_file_without_a_score_column_is_refused(tmp_path):
         (dict(scored_weight=-1.0), "scored_weight=-1.0 must be >= 0"),
         (dict(cosent_scale=0.0), "cosent_scale=0.0 must be > 0"),
         (dict(scored_batch_size=1), "scored_batch_size=1: CoSENT compares pairs"),
+        (dict(scored_source_power=-0.5), "scored_source_power=-0.5 must be >= 0"),
     ],
 )
 def test_bad_scored_settings_are_refused(tmp_path, overrides, message):

@@ -47,6 +47,7 @@ from magnetsdk.train.data import (
     read_pairs,
     read_scored_pairs,
     read_texts,
+    scored_draws,
     tokenize_texts,
 )
 from magnetsdk.train.ict import ICTViews, mix_in_ict
@@ -101,7 +102,8 @@ class Batches:
                     f"every pair in {config.scored_pairs} has the same score; CoSENT learns from "
                     "pairs scored differently"
                 )
-            self.scored_order = Order(len(self.scored), config.seed + 5)
+            self.scored_draws = scored_draws(self.scored, config.scored_source_power, config.scored_pairs)
+            self.scored_order = Order(len(self.scored_draws), config.seed + 5)
         if not texts and pairs:
             texts = list(dict.fromkeys(t for p in pairs for t in (p.anchor, p.positive)))
         if not texts and self.scored:
@@ -304,7 +306,7 @@ class Batches:
         if not self.scored:
             return None
         positions = self.positions(step, micro, self.config.scored_batch_size)
-        pairs = [self.scored[self.scored_order.item(p)] for p in positions]
+        pairs = [self.scored[self.scored_draws[self.scored_order.item(p)]] for p in positions]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*truncated.*")
             batch = collate_scored(

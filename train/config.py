@@ -140,6 +140,9 @@ class TrainConfig:
     scored_pairs: list[str] = field(default_factory=list)
     scored_weight: float = 1.0
     scored_batch_size: int = 32  # scored pairs per process per micro-batch
+    # How the scored pairs' sources ("source" of each pair) share the draws: a source's share goes
+    # as (its pair count) ** this power. 1: the files' own proportions; 0: every source equally.
+    scored_source_power: float = 1.0
     cosent_scale: float = 20.0  # cosine differences are multiplied by this before the log-sum-exp
     # SSCL anchors per micro-batch and process (None: batch_size). Larger batches give more
     # in-batch negatives; with contrastive_chunk_size the gradient pass runs in chunks (GradCache).
@@ -361,15 +364,21 @@ class TrainConfig:
             raise ValueError(f"scored_weight={self.scored_weight} must be >= 0 (0: scored pairs unused)")
         if self.cosent_scale <= 0:
             raise ValueError(f"cosent_scale={self.cosent_scale} must be > 0")
+        if self.scored_source_power < 0:
+            raise ValueError(
+                f"scored_source_power={self.scored_source_power} must be >= 0 (1: the files' own "
+                "proportions of sources, 0: every source drawn equally often)"
+            )
         if self.scored_pairs and self.scored_batch_size < 2:
             raise ValueError(
                 f"scored_batch_size={self.scored_batch_size}: CoSENT compares pairs with each other; use at least 2"
             )
 
     def _check_init_adapter(self) -> None:
-        if self.layout_token_lr is not None and self.layout_token_lr <= 0:
+        if self.layout_token_lr is not None and self.layout_token_lr < 0:
             raise ValueError(
-                f"layout_token_lr={self.layout_token_lr} must be > 0 (leave it unset to use learning_rate)"
+                f"layout_token_lr={self.layout_token_lr} must be >= 0 (leave it unset to use "
+                "learning_rate; 0 keeps the rows as they start, such as an init adapter's trained rows)"
             )
         if self.layout_token_lr is not None and self.full_finetune:
             raise ValueError(

@@ -69,6 +69,7 @@ class ScoredPair:
     text1: str
     text2: str
     score: float
+    source: str | None = None  # where the pair comes from (an STS-B genre such as "headlines"), if given
 
 
 def read_scored_pairs(paths: list[str]) -> list[ScoredPair]:
@@ -87,8 +88,10 @@ def read_scored_pairs(paths: list[str]) -> list[ScoredPair]:
                     "score (higher: more similar)"
                 )
             text1, text2 = str(row.fields["text1"]).strip(), str(row.fields["text2"]).strip()
+            source = row.fields.get("source")
+            source = str(source).strip() or None if source is not None else None
             if text1 and text2:
-                pairs.append(ScoredPair(text1, text2, score))
+                pairs.append(ScoredPair(text1, text2, score, source))
     return pairs
 
 
@@ -150,6 +153,47 @@ class Order:
 
     def items(self, positions: range) -> list[int]:
         return [self.item(p) for p in positions]
+
+
+def scored_draws(pairs: list[ScoredPair], power: float, files: list[str]) -> list[int]:
+    """The indices of ``pairs`` that a run draws from: each once (``power`` 1), or balanced by
+    their sources (:func:`source_balanced`), which every pair must then name."""
+    if power == 1:
+        return list(range(len(pairs)))
+    unsourced = sum(p.source is None for p in pairs)
+    if unsourced:
+        raise DataError(
+            f"scored_source_power={power} balances the scored pairs by their source, but "
+            f'{unsourced} of the {len(pairs)} pairs in {files} have no "source": give each pair '
+            "one (prepare_training_data.py writes the STS-B genre), or set scored_source_power=1"
+        )
+    return source_balanced([p.source for p in pairs], power)
+
+
+def source_balanced(sources: list[str], power: float) -> list[int]:
+    """Item indices in which each source's share of the draws goes as (its item count) ** ``power``.
+
+    ``power`` 1 keeps the items' own proportions (each index once); 0 draws every source equally
+    often; values between temper the larger sources. A source's items are cycled to its share of
+    ``len(sources)`` draws (at least one pass over its items when it is the largest), so an
+    :class:`Order` over the result visits them in turn, as it does for the plain items.
+    """
+    if power < 0:
+        raise ValueError(f"power={power} must be >= 0")
+    members: dict[str, list[int]] = {}
+    for index, source in enumerate(sources):
+        members.setdefault(source, []).append(index)
+    if power == 1 or len(members) < 2:
+        return list(range(len(sources)))
+    weights = {name: len(items) ** power for name, items in members.items()}
+    total = sum(weights.values())
+    # Scale so that the source with the most items per unit of weight is drawn once per item.
+    scale = max(len(members[name]) / (weights[name] / total) for name in members)
+    balanced: list[int] = []
+    for name, items in members.items():
+        count = round(scale * weights[name] / total)
+        balanced.extend(items[i % len(items)] for i in range(count))
+    return balanced
 
 
 @dataclass(frozen=True)
