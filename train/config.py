@@ -106,7 +106,7 @@ class TrainConfig:
     end_kl_weight: float = 0.0
     # The end KL over every token but END (END's column dropped from both distributions, each
     # renormalised): the term then has no say on END's probability or its output row, which
-    # span_end_weight and the missing-span targets set. Phase 17 (docs/results.md): with the layout
+    # span_end_weight and the missing-span targets set. Phase 17 (docs/phases.md): with the layout
     # rows at their own rate, the full KL lowered END after spans as well as EOS after lone texts.
     end_kl_without_end: bool = False
     end_kl_batch_size: int = 16
@@ -181,15 +181,15 @@ class TrainConfig:
     # Train the embedding rows (tied to the LM head) of the layout tokens even when they are reused
     # reserved tokens. SmolLM2's reserved tokens share one row, close to EOS's (cosine 0.99): without
     # this, mask, gap, span and end look alike as inputs, and every END target also raises EOS
-    # (docs/results.md, "The layout tokens share one embedding"). Added tokens always train. LoRA only.
+    # (docs/phases.md, "The layout tokens share one embedding"). Added tokens always train. LoRA only.
     train_layout_tokens: bool = False
     # Which layout roles' rows train under train_layout_tokens (mask, gap, span, end); empty: all
     # four. ["end"] lets END part from EOS while GAP and SPAN keep the rows the infill was learnt
-    # with (phase 23, docs/results.md: all four at 3e-3 cost a little of the right side's help).
+    # with (phase 23, docs/phases.md: all four at 3e-3 cost a little of the right side's help).
     train_layout_roles: list[str] = field(default_factory=list)
     # Learning rate of the token rows that train beside LoRA (the layout rows under
     # train_layout_tokens, and added tokens); None: learning_rate. Rows move slowly at LoRA's rate:
-    # 50 steps at 1e-4 left END at cosine 0.991 from EOS (phase 13, docs/results.md).
+    # 50 steps at 1e-4 left END at cosine 0.991 from EOS (phase 13, docs/phases.md).
     layout_token_lr: float | None = None
     # The token that plays END (closes each span), by its string; None: the first of
     # magnetsdk.layout.RESERVED_CANDIDATES["end"] the tokenizer has (SmolLM2: <issue_closed>, whose
