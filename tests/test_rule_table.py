@@ -61,3 +61,18 @@ def test_phase_27_holds_every_item_and_later_phases_must_narrow_the_sts_gap(tmp_
         json.dumps({"figures": {"sts-heldout-select.spearman": 79.5}})
     )
     assert verdicts(rule_table.table(folder))["STS-B dev - held-out even rows"] == "FAILS"  # 5.5
+    phase29 = verdicts(rule_table.table(ROOT / "benchmarks/results/p29-2026-12-07"))
+    assert [item for item, verdict in phase29.items() if verdict == "FAILS"] == [
+        "STS-B dev - held-out even rows"
+    ]
+
+
+def test_from_phase_30_the_held_out_rows_must_rise_and_the_gap_must_not_widen(tmp_path):
+    rule_table = load_script()
+    folder = tmp_path / "p30-2027-01-01"
+    folder.mkdir()
+    for task, value in (("sts-dev", 84.9), ("sts-heldout-select", 79.5)):
+        (folder / f"p30-{task}.json").write_text(json.dumps({"figures": {f"{task}.spearman": value}}))
+    rows = verdicts(rule_table.table(folder))
+    assert rows["held-out even rows"] == "FAILS"  # 79.5 < 79.52
+    assert rows["STS-B dev - held-out even rows"] == "holds"  # 5.4 <= 5.44
