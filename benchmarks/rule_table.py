@@ -9,7 +9,8 @@ the early stops (EOS after a lone sentence and after an inner period, the demo's
 phase 15 on the dev fills must also close and keep the true span's words; from phase 28 on the
 figures beside the thresholds are phase 27's (the shipped adapter since 2026-12-06), and the gap
 between STS-B dev and the held-out even rows must narrow; from phase 30 on the held-out even rows
-must rise over phase 27's and the gap must not widen. A result file that is not
+must rise over phase 27's and the gap must not widen; phase 31 asks for a larger share from the
+right side of the dev fills (both / left only <= 0.924) and has no gap item. A result file that is not
 there yet prints as "(not yet)".
 """
 
@@ -49,6 +50,12 @@ QUALITY_P30 = [
     ("held-out even rows", "sts-heldout-select", "sts-heldout-select.spearman", ">=", 79.52),
     *QUALITY[2:],
 ]
+# Phase 31: the right side's share on the dev fills, 0.005 past phase 27's 0.9293.
+QUALITY_P31 = [
+    *QUALITY[:2],
+    ("infill dev-all both/left", "infill-dev-all", "both_over_left", "<=", 0.924),
+    *QUALITY[3:],
+]
 FILLS = [
     # The rule: ">= 0.289 (phase 11 0.322, 48 of 149, less 5 items)", i.e. 43 of 149 (0.2886).
     ("infill dev-all closed", "infill-dev-all", "closed_rate", ">=", 43 / 149),
@@ -81,7 +88,9 @@ def rule_for(phase: int) -> Rule:
         return Rule("p10", str(RESULTS / "p10-2026-12-03" / "p10fp32-{}.json"), QUALITY_P11, False)
     if phase == 14:
         return Rule("p11", P11, QUALITY, True)
-    if phase >= 30:
+    if phase >= 31:
+        return Rule("p27", P27, FILLS + QUALITY_P31, True)
+    if phase == 30:
         return Rule("p27", P27, FILLS + QUALITY_P30, True, STS_GAP_P30)
     if phase >= 28:  # the thresholds stay phase 11's; the figures beside them are phase 27's
         return Rule("p27", P27, FILLS + QUALITY, True, STS_GAP_P28)
