@@ -89,7 +89,7 @@ def read_scored_pairs(paths: list[str]) -> list[ScoredPair]:
                 )
             text1, text2 = str(row.fields["text1"]).strip(), str(row.fields["text2"]).strip()
             source = row.fields.get("source")
-            source = str(source).strip() or None if source is not None else None
+            source = (str(source).strip() or None) if source is not None else None
             if text1 and text2:
                 pairs.append(ScoredPair(text1, text2, score, source))
     return pairs
@@ -174,9 +174,9 @@ def source_balanced(sources: list[str], power: float) -> list[int]:
     """Item indices in which each source's share of the draws goes as (its item count) ** ``power``.
 
     ``power`` 1 keeps the items' own proportions (each index once); 0 draws every source equally
-    often; values between temper the larger sources. A source's items are cycled to its share of
-    ``len(sources)`` draws (at least one pass over its items when it is the largest), so an
-    :class:`Order` over the result visits them in turn, as it does for the plain items.
+    often; values between temper the larger sources. The draws are scaled so that the source with
+    the most items for its share is drawn once per item; the other sources' items are cycled to
+    their shares, so an :class:`Order` over the result visits each in turn.
     """
     if power < 0:
         raise ValueError(f"power={power} must be >= 0")
