@@ -10,7 +10,8 @@ phase 15 on the dev fills must also close and keep the true span's words; from p
 figures beside the thresholds are phase 27's (the shipped adapter since 2026-12-06), and the gap
 between STS-B dev and the held-out even rows must narrow; from phase 30 on the held-out even rows
 must rise over phase 27's and the gap must not widen; phase 31 asks for a larger share from the
-right side of the dev fills (both / left only <= 0.924) and has no gap item. A result file that is not
+right side of the dev fills (both / left only <= 0.924) and has no gap item; phase 32 asks for fills
+that close (>= 75 of 149) and copy no more, and lets the right side's share lose at most 0.015. A result file that is not
 there yet prints as "(not yet)".
 """
 
@@ -57,6 +58,18 @@ def with_threshold(items: list, label: str, threshold: float) -> list:
 QUALITY_P30 = with_threshold(QUALITY, "held-out even rows", 79.52)
 # Phase 31: the right side's share on the dev fills, 0.005 past phase 27's 0.9293.
 QUALITY_P31 = with_threshold(QUALITY, "infill dev-all both/left", 0.924)
+# Phase 32: fills that close and copy no more, at a bounded cost to the right side's share.
+QUALITY_P32 = [
+    *QUALITY[:2],  # STS-B dev, the held-out even rows
+    ("infill dev-all both/left", "infill-dev-all", "both_over_left", "<=", 0.944),
+    ("infill dev-all shuffled/both", "infill-dev-all", "shuffled_over_both[spm]", ">=", 1.05),
+    ("infill dev-all copies", "infill-dev-all", "copy_rate", "<=", 25 / 149),
+    *QUALITY[4:],
+]
+FILLS_P32 = [
+    ("infill dev-all closed", "infill-dev-all", "closed_rate", ">=", 75 / 149),
+    ("infill dev-all word F1", "infill-dev-all", "gold_f1", ">=", 0.2048),
+]
 FILLS = [
     # The rule: ">= 0.289 (phase 11 0.322, 48 of 149, less 5 items)", i.e. 43 of 149 (0.2886).
     ("infill dev-all closed", "infill-dev-all", "closed_rate", ">=", 43 / 149),
@@ -89,7 +102,9 @@ def rule_for(phase: int) -> Rule:
         return Rule("p10", str(RESULTS / "p10-2026-12-03" / "p10fp32-{}.json"), QUALITY_P11, False)
     if phase == 14:
         return Rule("p11", P11, QUALITY, True)
-    if phase >= 31:
+    if phase >= 32:
+        return Rule("p27", P27, FILLS_P32 + QUALITY_P32, True, STS_GAP_P30)
+    if phase == 31:
         return Rule("p27", P27, FILLS + QUALITY_P31, True)
     if phase == 30:
         return Rule("p27", P27, FILLS + QUALITY_P30, True, STS_GAP_P30)

@@ -90,3 +90,25 @@ def test_phase_30_s_held_out_rows_must_rise_and_phase_31_s_right_side_must_help_
     )
     rows = verdicts(rule_table.table(folder))
     assert rows["infill dev-all both/left"] == "FAILS" and "STS-B dev - held-out even rows" not in rows
+
+
+def test_phase_32_asks_for_fills_that_close_at_a_bounded_cost_to_the_right_side(tmp_path):
+    rule_table = load_script()
+    folder = tmp_path / "p32-2027-01-01"
+    folder.mkdir()
+    figures = {
+        "both_over_left": 0.94,  # within the 0.944 allowed
+        "shuffled_over_both[spm]": 1.04,  # under the 1.05 the issue asks
+        "closed_rate": 74 / 149,  # one short of 75
+        "gold_f1": 0.21,
+        "copy_rate": 25 / 149,  # phase 27's count: allowed
+    }
+    (folder / "p32-infill-dev-all.json").write_text(json.dumps({"figures": figures}))
+    for task, value in (("sts-dev", 84.9), ("sts-heldout-select", 79.4)):
+        (folder / f"p32-{task}.json").write_text(json.dumps({"figures": {f"{task}.spearman": value}}))
+    rows = verdicts(rule_table.table(folder))
+    assert rows["infill dev-all both/left"] == "holds"
+    assert rows["infill dev-all shuffled/both"] == "FAILS"
+    assert rows["infill dev-all closed"] == "FAILS"
+    assert rows["infill dev-all copies"] == "holds"
+    assert rows["STS-B dev - held-out even rows"] == "FAILS"  # 5.5 > 5.44
