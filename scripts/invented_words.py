@@ -1,9 +1,16 @@
-"""How many greedy fills hold a word found nowhere in a reference text or in the item itself.
+"""How many fills hold a word found nowhere in a reference text or in the item, and how many respell one of the item's words.
 
-A rough proxy for misspelt or invented words ("Downthedown" for "Downtown"), read from the fills
-that ``magnet eval infill --generate N`` stores in its JSON. Words are lower-cased runs of letters
-of at least four; a real word the reference lacks also counts, so compare figures on the same
-items rather than reading one alone.
+Two proxies, read from the fills that ``magnet eval infill --generate N`` stores in its JSON. Words
+are lower-cased runs of letters of at least four.
+
+- **Unseen**: a word of the fill that neither the reference text nor the item holds. A rough proxy
+  for misspelt or invented words ("Downthedown" for "Downtown"); a real word the reference lacks
+  ("solstice") counts too, so compare figures on the same items rather than reading one alone.
+- **Respelt**: an unseen word that is close to a word of the item (the same first three letters
+  and a ``difflib`` similarity of at least :data:`RESPELT_SIMILARITY`): the failure a ban on copying provokes, a name of the context
+  spelt another way to get round the ban ("Downdown", "Downthedown" for the item's "Downtown").
+  A rare real word unrelated to the item does not count, nor does another form of an item's word
+  ("beaches" beside "beach").
 
     python scripts/invented_words.py runs/eval/p4-infill-dev-all.json [MORE.json ...]
 """
@@ -11,13 +18,63 @@ items rather than reading one alone.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import re
 from pathlib import Path
 
+RESPELT_SIMILARITY = 0.8
+SAME_START = 3  # a respelt name keeps its first letters ("Downdown" for "Downtown")
+MIN_LETTERS = 4
+# Endings that make another form of the same word ("beach" -> "beaches", "locate" -> "located"):
+# such a pair is an inflection, not a respelling.
+INFLECTIONS = ("s", "es", "ed", "d", "ing", "y", "ly", "er", "ers", "ion", "ions")
+
 
 def words(text: str) -> list[str]:
     return re.findall(r"[a-z]+", text.lower())
+
+
+def unseen_words(fill: dict, vocabulary: set[str]) -> set[str]:
+    """The fill's words of at least four letters that neither ``vocabulary`` nor the item holds."""
+    known = vocabulary | set(words(fill["left"] + fill["right"]))
+    return {w for w in words(fill["generated"]) if len(w) >= MIN_LETTERS and w not in known}
+
+
+def inflected(word: str, other: str) -> bool:
+    """Whether one word is the other with an inflectional ending (a final "e" may drop first)."""
+    short, long = sorted((word, other), key=len)
+    stems = {short, short[:-1]} if short.endswith("e") else {short}
+    return any(long == stem + ending for stem in stems for ending in INFLECTIONS)
+
+
+def respelt_words(fill: dict, vocabulary: set[str]) -> set[str]:
+    """The unseen words that spell one of the item's words another way: the same first three
+    letters, similarity >= 0.8, and not merely an inflection of it."""
+    item = {w for w in words(fill["left"] + fill["right"]) if len(w) >= MIN_LETTERS}
+    return {
+        word
+        for word in unseen_words(fill, vocabulary)
+        if any(
+            word[:SAME_START] == other[:SAME_START]
+            and difflib.SequenceMatcher(None, word, other).ratio() >= RESPELT_SIMILARITY
+            and not inflected(word, other)
+            for other in item
+        )
+    }
+
+
+def counts(fills: list[dict], vocabulary: set[str]) -> dict:
+    """Fills holding an unseen word, fills holding a respelt word, and examples of each."""
+    unseen = [sorted(unseen_words(f, vocabulary)) for f in fills]
+    respelt = [sorted(respelt_words(f, vocabulary)) for f in fills]
+    return {
+        "fills": len(fills),
+        "unseen": sum(bool(u) for u in unseen),
+        "respelt": sum(bool(r) for r in respelt),
+        "unseen_examples": [u for u in unseen if u][:6],
+        "respelt_examples": [r for r in respelt if r][:6],
+    }
 
 
 def main() -> None:
@@ -29,14 +86,11 @@ def main() -> None:
     for path in args.results:
         stored = json.loads(path.read_text(encoding="utf-8"))["details"]["infills"]
         for layout, fills in stored.items():
-            found = []
-            for fill in fills:
-                known = vocabulary | set(words(fill["left"] + fill["right"]))
-                found.append(sorted({w for w in words(fill["generated"]) if len(w) >= 4 and w not in known}))
-            holding = [f for f in found if f]
+            found = counts(fills, vocabulary)
             print(
-                f"{path.name} [{layout}]: {len(holding)} of {len(fills)} fills "
-                f"({len(holding) / len(fills):.3f}) hold an unseen word; e.g. {holding[:6]}"
+                f"{path.name} [{layout}]: {found['unseen']} of {found['fills']} fills "
+                f"({found['unseen'] / found['fills']:.3f}) hold an unseen word, e.g. {found['unseen_examples']}; "
+                f"{found['respelt']} respell a word of the item, e.g. {found['respelt_examples']}"
             )
 
 
