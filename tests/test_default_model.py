@@ -86,7 +86,7 @@ def facts_known(magnet) -> int:
 
 
 def test_the_adapter_keeps_at_least_half_of_what_the_base_knows(default_magnet):
-    # A floor, not a target: the shipped adapter (phase 27) states 10 of the 16, phase 11 (as phases 10, 9 and 4) 8,
+    # A floor, not a target: the shipped adapter (phase 32) states 10 of the 16, as phase 27; phase 11 (as phases 10, 9 and 4) 8,
     # phase 2 6, the base 10 (docs/results.md). A run that forgets more than half of the base's facts fails here.
     from magnetsdk import Magnet
 
@@ -173,7 +173,7 @@ def demo_continuations(magnet) -> list[tuple[str, int]]:
 
 def test_the_demo_continuation_does_not_end_after_its_first_sentence(default_magnet):
     # Issue: the retrained model. Phase 11 ended the demo's 32 sampled tokens early under 2 of seeds
-    # 0-11 (" by doing it."); phase 27 (shipped 2026-12-06) under none; the base under none.
+    # 0-11 (" by doing it."); phases 27 and 32 (shipped since 2026-12-06) under none; the base under none.
     from magnetsdk.demo import GENERATE_TOKENS
 
     early = [o for o, n in demo_continuations(default_magnet) if n < GENERATE_TOKENS - 4]
@@ -181,8 +181,8 @@ def test_the_demo_continuation_does_not_end_after_its_first_sentence(default_mag
 
 
 def test_ranked_infills_state_the_fact_at_least_as_often_as_greedy_ones(default_magnet):
-    # Measured (docs/results.md): the shipped adapter (phase 27) greedy 12 of 16, ranked 14 (phase 11 13 / 14;
-    # phase 9 12 / 13).
+    # Measured (docs/results.md): the shipped adapter (phase 32) greedy 11 of 16, ranked 13 (phase 27 12 / 14;
+    # phase 11 13 / 14; phase 9 12 / 13).
     texts = [t for t, _ in INFILL_FACTS]
     greedy = default_magnet.infill(texts, max_new_tokens=8)
     ranked = default_magnet.infill(texts, max_new_tokens=8, candidates=8, seed=0)
