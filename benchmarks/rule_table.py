@@ -11,7 +11,8 @@ figures beside the thresholds are phase 27's (the shipped adapter since 2026-12-
 between STS-B dev and the held-out even rows must narrow; from phase 30 on the held-out even rows
 must rise over phase 27's and the gap must not widen; phase 31 asks for a larger share from the
 right side of the dev fills (both / left only <= 0.924) and has no gap item; phase 32 asks for fills
-that close (>= 75 of 149) and copy no more, and lets the right side's share lose at most 0.015. A result file that is not
+that close (>= 75 of 149) and copy no more, and lets the right side's share lose at most 0.015;
+phase 33 is judged against phase 32 and asks for phase 27's share back with both sides no worse. A result file that is not
 there yet prints as "(not yet)".
 """
 
@@ -70,6 +71,13 @@ FILLS_P32 = [
     ("infill dev-all closed", "infill-dev-all", "closed_rate", ">=", 75 / 149),
     ("infill dev-all word F1", "infill-dev-all", "gold_f1", ">=", 0.2048),
 ]
+# Phase 33: the right side's share back to phase 27's, with both sides no worse than phase 32's.
+QUALITY_P33 = [
+    *QUALITY_P32[:2],  # STS-B dev, the held-out even rows
+    ("infill dev-all both/left", "infill-dev-all", "both_over_left", "<=", 0.9293),
+    ("infill dev-all both sides", "infill-dev-all", "ppl_both_sides", "<=", 16.01),
+    *QUALITY_P32[3:],
+]
 FILLS = [
     # The rule: ">= 0.289 (phase 11 0.322, 48 of 149, less 5 items)", i.e. 43 of 149 (0.2886).
     ("infill dev-all closed", "infill-dev-all", "closed_rate", ">=", 43 / 149),
@@ -94,6 +102,7 @@ STS_GAP_P30 = 5.44
 
 P11 = str(RESULTS / "p11-2026-12-03" / "p11-{}.json")
 P27 = str(RESULTS / "p27-2026-12-06" / "p27-{}.json")
+P32 = str(RESULTS / "p32-2026-12-07" / "p32-{}.json")
 
 
 def rule_for(phase: int) -> Rule:
@@ -102,7 +111,9 @@ def rule_for(phase: int) -> Rule:
         return Rule("p10", str(RESULTS / "p10-2026-12-03" / "p10fp32-{}.json"), QUALITY_P11, False)
     if phase == 14:
         return Rule("p11", P11, QUALITY, True)
-    if phase >= 32:
+    if phase >= 33:
+        return Rule("p32", P32, FILLS_P32 + QUALITY_P33, True, STS_GAP_P30)
+    if phase == 32:
         return Rule("p27", P27, FILLS_P32 + QUALITY_P32, True, STS_GAP_P30)
     if phase == 31:
         return Rule("p27", P27, FILLS + QUALITY_P31, True)

@@ -112,3 +112,17 @@ def test_phase_32_asks_for_fills_that_close_at_a_bounded_cost_to_the_right_side(
     assert rows["infill dev-all closed"] == "FAILS"
     assert rows["infill dev-all copies"] == "holds"
     assert rows["STS-B dev - held-out even rows"] == "FAILS"  # 5.5 > 5.44
+
+
+def test_phase_33_is_judged_against_phase_32_and_needs_both_sides_no_worse(tmp_path):
+    rule_table = load_script()
+    folder = tmp_path / "p33-2027-01-01"
+    folder.mkdir()
+    # A better ratio reached by a worse left-only reading: both sides rose, so it fails.
+    figures = {"both_over_left": 0.925, "ppl_both_sides": 16.2, "closed_rate": 0.55, "gold_f1": 0.21}
+    (folder / "p33-infill-dev-all.json").write_text(json.dumps({"figures": figures}))
+    rows = rule_table.table(folder)
+    found = verdicts(rows)
+    assert found["infill dev-all both/left"] == "holds"
+    assert found["infill dev-all both sides"] == "FAILS"
+    assert any(row.startswith("infill dev-all both sides") and " p32 " in row for row in rows)
