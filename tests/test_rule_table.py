@@ -119,7 +119,14 @@ def test_phase_33_is_judged_against_phase_32_and_needs_both_sides_no_worse(tmp_p
     folder = tmp_path / "p33-2027-01-01"
     folder.mkdir()
     # A better ratio reached by a worse left-only reading: both sides rose, so it fails.
-    figures = {"both_over_left": 0.925, "ppl_both_sides": 16.2, "shuffled_over_both[spm]": 1.07}
+    figures = {
+        "both_over_left": 0.925,
+        "ppl_both_sides": 16.2,
+        "shuffled_over_both[spm]": 1.07,
+        "closed_rate": 0.55,
+        "gold_f1": 0.21,
+        "copy_rate": 0.15,
+    }
     (folder / "p33-infill-dev-all.json").write_text(json.dumps({"figures": figures}))
     rows = rule_table.table(folder)
     found = verdicts(rows)
