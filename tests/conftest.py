@@ -1,9 +1,31 @@
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from magnetsdk.testing import _CORPUS, ARCHITECTURES, tiny_magnet, tiny_model, tiny_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo_script():
+    """Loads a script of the repository (its path from the root, e.g. ``"scripts/ship_adapter.py"``)
+    as a module, for tests of the functions inside it."""
+
+    def load(relative: str):
+        path = ROOT / relative
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # a dataclass of the script looks its module up
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture(scope="session", params=sorted(ARCHITECTURES))

@@ -238,14 +238,8 @@ def test_ask_cli(tmp_path, model_dir):
     assert missing.exit_code == 1 and "nope" in missing.output
 
 
-def test_answer_set_builder_blanks_an_entity_copied_from_the_paragraph():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "build_answer_set.py"
-    spec = importlib.util.spec_from_file_location("build_answer_set", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_answer_set_builder_blanks_an_entity_copied_from_the_paragraph(repo_script):
+    module = repo_script("scripts/build_answer_set.py")
     lines = [
         " = Some Article = ",
         " = = History = = ",

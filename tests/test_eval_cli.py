@@ -3,9 +3,7 @@ set builder script."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -14,7 +12,6 @@ from magnetsdk.cli.main import cli
 from magnetsdk.eval.result import EvalResult
 from magnetsdk.testing import tiny_model, tiny_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = [
     "The cat sat on the mat and looked at the door.",
     "A dog runs in the park while children play football.",
@@ -153,27 +150,23 @@ def test_bad_input_is_a_clear_error(model_dir, data, tmp_path):
     assert broken.exit_code != 0 and "texts.txt:1: not valid JSON" in broken.output
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location(
-        "build_infill_set", ROOT / "scripts" / "build_infill_set.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def infill_set(repo_script):
+    return repo_script("scripts/build_infill_set.py")
 
 
-def test_infill_set_removes_an_inner_sentence(tmp_path):
-    script = load_script()
+def test_infill_set_removes_an_inner_sentence(tmp_path, infill_set):
     paragraph = " One two three four five . Six seven eight nine ten ? Eleven twelve thirteen fourteen . Last one here ok . "
     lines = [" = Title = ", "", paragraph, " Too short . "]
-    records = script.build(lines, items=5, context=3, min_words=5, max_words=40, seed=0)
+    records = infill_set.build(lines, items=5, context=3, min_words=5, max_words=40, seed=0)
     assert len(records) == 1 and records[0]["line"] == 3
     record = records[0]
     assert record["left"] + record["span"] + record["right"] == paragraph.strip()
     assert record["span"] in (" Six seven eight nine ten ?", " Eleven twelve thirteen fourteen .")
     out = tmp_path / "set.jsonl"
     assert (
-        script.main([str(tmp_path / "missing")] if False else [_write(tmp_path, lines), "-o", str(out)]) == 0
+        infill_set.main([str(tmp_path / "missing")] if False else [_write(tmp_path, lines), "-o", str(out)])
+        == 0
     )
     assert json.loads(out.read_text(encoding="utf-8").splitlines()[0])["line"] == 3
 

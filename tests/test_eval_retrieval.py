@@ -4,7 +4,6 @@ sentence-transformers' evaluator, the query/document instructions, and bad input
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -41,6 +40,11 @@ def write_beir(root, documents=DOCUMENTS, queries=QUERIES, qrels=QRELS, header="
     lines = [header] + [f"{q}\t{d}\t{s}" for q, d, s in qrels]
     (root / "qrels" / "test.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return root
+
+
+@pytest.fixture
+def builder(repo_script):
+    return repo_script("scripts/build_retrieval_set.py")
 
 
 def test_metrics_equal_a_hand_computation():
@@ -216,20 +220,7 @@ def test_the_command_turns_bad_input_into_an_error_message(tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
-def load_builder():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "build_retrieval_set.py"
-    spec = importlib.util.spec_from_file_location("build_retrieval_set", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_held_out_set_builder_removes_each_query_from_its_passage(tmp_path):
-    builder = load_builder()
+def test_the_held_out_set_builder_removes_each_query_from_its_passage(tmp_path, builder):
     sentences = [f"Sentence number {i} says something about lobsters here ." for i in range(7)]
     lines = [" = Lobster = ", "", " " + " ".join(sentences) + " ", " = = Habitat = = ", " Too short . "]
     source = tmp_path / "wiki.valid.tokens"

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("invented_words", ROOT / "scripts" / "invented_words.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import pytest
 
 
 def fill(generated: str, left: str = "The Downtown Historic District of Meridian", right: str = "") -> dict:
     return {"left": left, "right": right, "generated": generated}
 
 
-def test_a_name_spelt_another_way_is_respelt_but_a_rare_real_word_is_only_unseen():
-    words = load_script()
+@pytest.fixture
+def words(repo_script):
+    return repo_script("scripts/invented_words.py")
+
+
+def test_a_name_spelt_another_way_is_respelt_but_a_rare_real_word_is_only_unseen(words):
     vocabulary = {"the", "historic", "district", "hike"}
     respelt = fill(" the Meridian Downthedown Historic District and Downdown")
     assert words.respelt_words(respelt, vocabulary) == {"downthedown", "downdown"}
@@ -29,8 +23,7 @@ def test_a_name_spelt_another_way_is_respelt_but_a_rare_real_word_is_only_unseen
     assert words.respelt_words(rare, vocabulary) == set()
 
 
-def test_inflections_and_look_alikes_with_another_start_are_not_respellings():
-    words = load_script()
+def test_inflections_and_look_alikes_with_another_start_are_not_respellings(words):
     item = "the branches of the beach were late to locate"
     assert words.respelt_words(fill(" beaches and branch", left=item), set()) == set()  # inflections
     assert words.respelt_words(fill(" located", left=item), set()) == set()
@@ -38,8 +31,7 @@ def test_inflections_and_look_alikes_with_another_start_are_not_respellings():
     assert words.respelt_words(fill(" femaleous", left="three females"), set()) == {"femaleous"}
 
 
-def test_counts_reads_every_fill():
-    words = load_script()
+def test_counts_reads_every_fill(words):
     fills = [fill(" Downdown"), fill(" the district"), fill(" solstice")]
     found = words.counts(fills, {"the", "district"})
     assert (found["fills"], found["unseen"], found["respelt"]) == (3, 2, 1)

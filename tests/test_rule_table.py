@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,19 +10,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("rule_table", ROOT / "benchmarks" / "rule_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def verdicts(rows: list[str]) -> dict[str, str]:
     return {row[:32].strip(): row.rsplit(" ", 1)[-1] for row in rows}
 
 
-def test_the_recorded_phases_read_as_their_outcomes_say():
-    rule_table = load_script()
+@pytest.fixture
+def rule_table(repo_script):
+    return repo_script("benchmarks/rule_table.py")
+
+
+def test_the_recorded_phases_read_as_their_outcomes_say(rule_table):
     phase14 = verdicts(rule_table.table(ROOT / "benchmarks/results/p14-2026-12-04"))
     assert len(phase14) == 12 and set(phase14.values()) == {"holds"}  # every item held, not shipped
     phase18 = verdicts(rule_table.table(ROOT / "benchmarks/results/p18-2026-12-05"))
@@ -33,8 +29,7 @@ def test_the_recorded_phases_read_as_their_outcomes_say():
     assert len(phase11) == 9 and all(" p10 " in row for row in phase11)
 
 
-def test_a_phase_without_its_files_prints_not_yet_and_a_bad_folder_is_refused(tmp_path):
-    rule_table = load_script()
+def test_a_phase_without_its_files_prints_not_yet_and_a_bad_folder_is_refused(tmp_path, rule_table):
     folder = tmp_path / "p31-2027-01-01"
     folder.mkdir()
     (folder / "p31-lm.json").write_text(json.dumps({"figures": {"ppl": 30.0}}))
@@ -47,8 +42,7 @@ def test_a_phase_without_its_files_prints_not_yet_and_a_bad_folder_is_refused(tm
         rule_table.table(tmp_path / "p12-2026-12-04")
 
 
-def test_phase_27_holds_every_item_and_later_phases_must_narrow_the_sts_gap(tmp_path):
-    rule_table = load_script()
+def test_phase_27_holds_every_item_and_later_phases_must_narrow_the_sts_gap(tmp_path, rule_table):
     phase27 = verdicts(rule_table.table(ROOT / "benchmarks/results/p27-2026-12-06"))
     assert len(phase27) == 14 and set(phase27.values()) == {"holds"}  # shipped 2026-12-06
     folder = tmp_path / "p28-2027-01-01"
@@ -67,8 +61,7 @@ def test_phase_27_holds_every_item_and_later_phases_must_narrow_the_sts_gap(tmp_
     ]
 
 
-def test_phase_30_s_held_out_rows_must_rise_and_phase_31_s_right_side_must_help_more(tmp_path):
-    rule_table = load_script()
+def test_phase_30_s_held_out_rows_must_rise_and_phase_31_s_right_side_must_help_more(tmp_path, rule_table):
     folder = tmp_path / "p30-2027-01-01"
     folder.mkdir()
     for task, value in (("sts-dev", 84.9), ("sts-heldout-select", 79.5)):
@@ -92,8 +85,7 @@ def test_phase_30_s_held_out_rows_must_rise_and_phase_31_s_right_side_must_help_
     assert rows["infill dev-all both/left"] == "FAILS" and "STS-B dev - held-out even rows" not in rows
 
 
-def test_phase_32_asks_for_fills_that_close_at_a_bounded_cost_to_the_right_side(tmp_path):
-    rule_table = load_script()
+def test_phase_32_asks_for_fills_that_close_at_a_bounded_cost_to_the_right_side(tmp_path, rule_table):
     folder = tmp_path / "p32-2027-01-01"
     folder.mkdir()
     figures = {
@@ -114,8 +106,7 @@ def test_phase_32_asks_for_fills_that_close_at_a_bounded_cost_to_the_right_side(
     assert rows["STS-B dev - held-out even rows"] == "FAILS"  # 5.5 > 5.44
 
 
-def test_phase_33_is_judged_against_phase_32_and_needs_both_sides_no_worse(tmp_path):
-    rule_table = load_script()
+def test_phase_33_is_judged_against_phase_32_and_needs_both_sides_no_worse(tmp_path, rule_table):
     folder = tmp_path / "p33-2027-01-01"
     folder.mkdir()
     # A better ratio reached by a worse left-only reading: both sides rose, so it fails.

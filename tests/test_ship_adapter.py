@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-
-def load_script():
-    path = Path(__file__).resolve().parents[1] / "scripts" / "ship_adapter.py"
-    spec = importlib.util.spec_from_file_location("ship_adapter", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run_dir(tmp_path: Path, training: dict) -> Path:
@@ -22,24 +13,26 @@ def run_dir(tmp_path: Path, training: dict) -> Path:
     return tmp_path
 
 
-def test_the_card_states_the_precision_the_run_recorded(tmp_path):
-    ship = load_script()
+@pytest.fixture
+def ship(repo_script):
+    return repo_script("scripts/ship_adapter.py")
+
+
+def test_the_card_states_the_precision_the_run_recorded(tmp_path, ship):
     assert ship.run_precision(run_dir(tmp_path, {"mixed_precision_used": "no"}), None) == "no"
     assert ship.PRECISIONS[ship.run_precision(tmp_path, "fp32")] == "fp32"  # agrees with the record
     with pytest.raises(SystemExit, match="contradicts the run's record"):
         ship.run_precision(tmp_path, "bf16")
 
 
-def test_a_run_that_does_not_record_its_precision_needs_it_given(tmp_path):
-    ship = load_script()
+def test_a_run_that_does_not_record_its_precision_needs_it_given(tmp_path, ship):
     run = run_dir(tmp_path, {"recipe": "magnet"})
     with pytest.raises(SystemExit, match="give --precision bf16 or --precision fp32"):
         ship.run_precision(run, None)
     assert ship.PRECISIONS[ship.run_precision(run, "bf16")] == "bf16 autocast"
 
 
-def test_the_card_names_the_trained_layout_rows_and_the_end_settings(tmp_path):
-    ship = load_script()
+def test_the_card_names_the_trained_layout_rows_and_the_end_settings(tmp_path, ship):
     config = {"train_layout_tokens": True, "train_layout_roles": ["end"], "end_token": "<|endoftext|>"}
     assert "roles end" in ship._layout_rows(config)
     assert "`<|endoftext|>`" in ship._layout_rows(config)
@@ -58,8 +51,7 @@ def test_the_card_names_the_trained_layout_rows_and_the_end_settings(tmp_path):
         assert row in card
 
 
-def test_the_base_s_figures_come_from_the_first_prefix_that_holds_them(tmp_path):
-    ship = load_script()
+def test_the_base_s_figures_come_from_the_first_prefix_that_holds_them(tmp_path, ship):
     for name, figures in (("later", {"gold_f1": 0.171}), ("earlier", {"gold_f1": 0.2, "copy_rate": 0.225})):
         (tmp_path / f"{name}-infill-test.json").write_text(json.dumps({"figures": figures}))
     prefixes = [tmp_path / "later", tmp_path / "earlier"]
