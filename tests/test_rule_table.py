@@ -124,3 +124,13 @@ def test_phase_33_is_judged_against_phase_32_and_needs_both_sides_no_worse(tmp_p
     assert found["infill dev-all both/left"] == "holds"
     assert found["infill dev-all both sides"] == "FAILS"
     assert any(row.startswith("infill dev-all both sides") and " p32 " in row for row in rows)
+
+
+def test_phase_32_holds_every_item_and_phase_33_fails_its_two(rule_table):
+    phase32 = verdicts(rule_table.table(ROOT / "benchmarks/results/p32-2026-12-07"))
+    assert len(phase32) == 16 and set(phase32.values()) == {"holds"}
+    phase33 = verdicts(rule_table.table(ROOT / "benchmarks/results/p33-2026-12-07"))
+    assert sorted(item for item, verdict in phase33.items() if verdict == "FAILS") == [
+        "infill dev-all both sides",
+        "infill dev-all both/left",
+    ]
