@@ -1,4 +1,4 @@
-"""How many fills hold a word found nowhere in a reference text or in the item, and how many respell one of the item's words.
+"""How many fills hold a word found nowhere else (unseen), and how many respell an item's word.
 
 Two proxies, read from the fills that ``magnet eval infill --generate N`` stores in its JSON. Words
 are lower-cased runs of letters of at least four.
@@ -7,8 +7,9 @@ are lower-cased runs of letters of at least four.
   for misspelt or invented words ("Downthedown" for "Downtown"); a real word the reference lacks
   ("solstice") counts too, so compare figures on the same items rather than reading one alone.
 - **Respelt**: an unseen word that is close to a word of the item (the same first three letters
-  and a ``difflib`` similarity of at least :data:`RESPELT_SIMILARITY`): the failure a ban on copying provokes, a name of the context
-  spelt another way to get round the ban ("Downdown", "Downthedown" for the item's "Downtown").
+  and a ``difflib`` similarity of at least :data:`RESPELT_SIMILARITY`): the failure a ban on
+  copying provokes, a name of the context spelt another way to get round the ban ("Downdown",
+  "Downthedown" for the item's "Downtown").
   A rare real word unrelated to the item does not count, nor does another form of an item's word
   ("beaches" beside "beach").
 
