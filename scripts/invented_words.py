@@ -49,13 +49,13 @@ def inflected(word: str, other: str) -> bool:
     return any(long == stem + ending for stem in stems for ending in INFLECTIONS)
 
 
-def respelt_words(fill: dict, vocabulary: set[str]) -> set[str]:
-    """The unseen words that spell one of the item's words another way: the same first three
-    letters, similarity >= 0.8, and not merely an inflection of it."""
+def respellings(fill: dict, unseen: set[str]) -> set[str]:
+    """The words of ``unseen`` (the fill's unseen words) that spell one of the item's words another
+    way: the same first three letters, similarity >= 0.8, and not merely an inflection of it."""
     item = {w for w in words(fill["left"] + fill["right"]) if len(w) >= MIN_LETTERS}
     return {
         word
-        for word in unseen_words(fill, vocabulary)
+        for word in unseen
         if any(
             word[:SAME_START] == other[:SAME_START]
             and difflib.SequenceMatcher(None, word, other).ratio() >= RESPELT_SIMILARITY
@@ -65,16 +65,21 @@ def respelt_words(fill: dict, vocabulary: set[str]) -> set[str]:
     }
 
 
+def respelt_words(fill: dict, vocabulary: set[str]) -> set[str]:
+    """The fill's unseen words that respell a word of the item."""
+    return respellings(fill, unseen_words(fill, vocabulary))
+
+
 def counts(fills: list[dict], vocabulary: set[str]) -> dict:
     """Fills holding an unseen word, fills holding a respelt word, and examples of each."""
-    unseen = [sorted(unseen_words(f, vocabulary)) for f in fills]
-    respelt = [sorted(respelt_words(f, vocabulary)) for f in fills]
+    unseen = [unseen_words(f, vocabulary) for f in fills]
+    respelt = [respellings(f, u) for f, u in zip(fills, unseen, strict=True)]
     return {
         "fills": len(fills),
         "unseen": sum(bool(u) for u in unseen),
         "respelt": sum(bool(r) for r in respelt),
-        "unseen_examples": [u for u in unseen if u][:6],
-        "respelt_examples": [r for r in respelt if r][:6],
+        "unseen_examples": [sorted(u) for u in unseen if u][:6],
+        "respelt_examples": [sorted(r) for r in respelt if r][:6],
     }
 
 
