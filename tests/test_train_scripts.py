@@ -80,9 +80,9 @@ def test_wikitext_becomes_plain_text_and_sentences_with_unk_are_dropped(tmp_path
     assert "The end of it, at last." in (out / "text.txt").read_text()
 
 
-def test_sts_files_cut_to_their_common_sources_and_to_dev_s_mix(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from build_sts_common_sources import common_rows, sampled_to_mix, source
+def test_sts_files_cut_to_their_common_sources_and_to_dev_s_mix(repo_script):
+    script = repo_script("scripts/build_sts_common_sources.py")
+    common_rows, sampled_to_mix, source = script.common_rows, script.sampled_to_mix, script.source
 
     def row(genre: str, i: int) -> str:
         return "\t".join(["main", genre, "2012", f"{i:04d}", "3.0", f"a {genre} {i}", f"b {genre} {i}"])
