@@ -12,7 +12,8 @@ without documents they are texts of ``data`` without EOS.
 
 Scored pairs (``scored_pairs``) have an order of their own and a batch of ``scored_batch_size``
 pairs per micro-batch (:meth:`Batches.scored_batch`); so do the short texts of the end KL
-(``end_kl_weight``, :meth:`Batches.end_batch`).
+(``end_kl_weight``, :meth:`Batches.end_batch`) and the copying fills of copy unlikelihood
+(``copy_ul_weight``, :meth:`Batches.copy_batch`).
 
 It knows nothing about the model's weights, optimizers or checkpoints.
 """
@@ -37,6 +38,7 @@ from magnetsdk.train.collate import (
     collate_lm,
     collate_scored,
     collate_views,
+    copy_fill_example,
 )
 from magnetsdk.train.config import PositiveSource, TrainConfig
 from magnetsdk.train.data import (
@@ -44,6 +46,7 @@ from magnetsdk.train.data import (
     DataError,
     Order,
     chunk_documents,
+    read_copy_fills,
     read_pairs,
     read_scored_pairs,
     read_texts,
@@ -217,6 +220,27 @@ class Batches:
         # With documents the kind of each example is chosen by position (see _lm_item).
         self.text_settings = replace(self.settings, no_context_fraction=0.0) if self.chunks else self.settings
         self.chunk_settings = replace(self.settings, no_context_fraction=1.0)
+        self.copies = self._copy_examples() if config.copy_ul_weight else []
+        if self.copies:
+            self.copy_order = Order(len(self.copies), config.seed + 7)
+
+    def _copy_examples(self) -> list[LMExample]:
+        """The copying fills of ``copy_fills``, tokenized and laid out in the run's layout."""
+        examples = []
+        for fill in read_copy_fills(self.config.copy_fills):
+            left, right = (
+                self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in (fill.left, fill.right)
+            )
+            encoded = self.tokenizer(fill.fill, add_special_tokens=False, return_offsets_mapping=True)
+            offsets = encoded["offset_mapping"]
+            # The token holding each avoided word's first character.
+            avoid = [next(i for i, (a, b) in enumerate(offsets) if b > c) for c in fill.avoid]
+            examples.append(
+                copy_fill_example(
+                    left, right, encoded["input_ids"], avoid, self.layout, self.prefix, self.settings.layout
+                )
+            )
+        return examples
 
     def _positive_views(self, texts: list[str], pairs, model) -> PositiveViews:
         config = self.config
@@ -321,6 +345,14 @@ class Batches:
         positions = self.positions(step, micro, self.config.end_kl_batch_size)
         texts = [self.ends[self.end_order.item(p)] for p in positions]
         return collate_ends(texts, self.prefix, self.pad).to(self.accelerator.device)
+
+    def copy_batch(self, step: int, micro: int) -> LMBatch | None:
+        """This process's copying fills of micro-batch ``micro`` of ``step`` (None when copy unlikelihood is off)."""
+        if not self.copies:
+            return None
+        positions = self.positions(step, micro, self.config.copy_ul_batch_size)
+        examples = [self.copies[self.copy_order.item(p)] for p in positions]
+        return collate_lm(examples, self.pad).to(self.accelerator.device)
 
     def batch(
         self, step: int, micro: int, weights: tuple[float, float, float]

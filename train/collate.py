@@ -190,6 +190,35 @@ def _next_token_example(
     )
 
 
+def copy_fill_example(
+    left: list[int],
+    right: list[int],
+    fill: list[int],
+    avoid: list[int],
+    tokens: LayoutTokens,
+    prefix: list[int],
+    layout: InfillLayout | str,
+) -> LMExample:
+    """A fill that copied its context, laid out as the model read it when it wrote the fill.
+
+    ``avoid``: indices of the fill tokens to push down (copy unlikelihood); they are the example's
+    targets (``msg_positions`` / ``msg_targets``), taken as negatives by the objective, not as
+    tokens to learn. The END after the fill is no target.
+    """
+    laid = lay_out([left, right], tokens, spans=[fill], prefix=prefix, layout=layout)
+    chosen = sorted(set(avoid))
+    if not chosen or chosen[0] < 0 or chosen[-1] >= len(fill):
+        raise ValueError(f"avoided token indices {chosen} must lie inside the fill's {len(fill)} tokens")
+    return LMExample(
+        input_ids=laid.input_ids,
+        is_span=laid.is_span,
+        mntp_positions=[],
+        mntp_targets=[],
+        msg_positions=[laid.target_positions[i] for i in chosen],
+        msg_targets=[fill[i] for i in chosen],
+    )
+
+
 @dataclass
 class LMBatch:
     input_ids: torch.Tensor  # (b, n)

@@ -115,6 +115,15 @@ class TrainConfig:
     # token). END closes a fill; a span of ~30 tokens has one, and end_kl_weight pulls the same
     # output row (EOS's) down after a finished text, so greedy fills can stop closing without it.
     span_end_weight: float = 1.0
+    # Copy unlikelihood: each micro-batch also reads copy_ul_batch_size greedy fills of copy_fills
+    # (JSON lines {left, right, fill, avoid}: scripts/copy_fills.py, fills of the model being
+    # trained that copied their context) in the run's layout, and takes copy_ul_weight x the mean
+    # of -log(1 - p) over the first token of each avoided word (a word that continued a copy),
+    # given the fill before it. What the model wrote is made less likely only where it copied; no
+    # token of a fill is trained as a target. 0: off.
+    copy_fills: str | None = None
+    copy_ul_weight: float = 0.0
+    copy_ul_batch_size: int = 4
     mntp_first_fraction: float | None = None  # steps training MNTP alone before the rest (LLM2Vec)
     positives: PositiveSource | None = None
     ict_share: float = 0.0  # SSCL examples that are inverse-cloze pairs from --data, mixed into positives
@@ -288,6 +297,7 @@ class TrainConfig:
         self._check_scored()
         self._check_kl()
         self._check_end_kl()
+        self._check_copy_ul()
         self._check_init_adapter()
         for name in (
             "no_context_fraction",
@@ -461,6 +471,23 @@ class TrainConfig:
             raise ValueError(f"end_kl_batch_size={self.end_kl_batch_size} must be >= 1")
         if self.end_kl_max_tokens < 2:
             raise ValueError(f"end_kl_max_tokens={self.end_kl_max_tokens} must be >= 2")
+
+    def _check_copy_ul(self) -> None:
+        if self.copy_ul_weight < 0:
+            raise ValueError(f"copy_ul_weight={self.copy_ul_weight} must be >= 0 (0: off)")
+        if bool(self.copy_ul_weight) != bool(self.copy_fills):
+            raise ValueError(
+                "copy unlikelihood needs both copy_fills (--copy-fills, a file of "
+                "scripts/copy_fills.py) and copy_ul_weight > 0 (--copy-ul-weight); "
+                f"got copy_fills={self.copy_fills!r}, copy_ul_weight={self.copy_ul_weight}"
+            )
+        if self.copy_ul_weight and not self.msg_weight:
+            raise ValueError(
+                "copy_ul_weight > 0 reads fills in the missing-span layout, and msg_weight is 0: "
+                "set msg_weight > 0, or copy_ul_weight=0"
+            )
+        if self.copy_ul_batch_size < 1:
+            raise ValueError(f"copy_ul_batch_size={self.copy_ul_batch_size} must be >= 1")
 
     def lm_settings_check(self) -> None:
         """The span settings' checks (layout name, shares, the layout's rules), before any data is read."""

@@ -7,6 +7,7 @@
   with a header row naming the same columns.
 - Scored pair files (graded similarity, e.g. STS-B): ``.jsonl`` or ``.tsv`` with ``text1``,
   ``text2`` and a numeric ``score`` (any scale: only the order of the scores is used).
+- Copy fills (negatives for copy unlikelihood): ``.jsonl`` written by ``scripts/copy_fills.py``.
 - Documents (running text for next-token examples): one document per text, its tokens cut into
   consecutive chunks of the length budget; only the last chunk of a document ends it (EOS).
 - The order: example ``p`` of the run (counting over all steps, micro-batches and processes) is
@@ -93,6 +94,39 @@ def read_scored_pairs(paths: list[str]) -> list[ScoredPair]:
             if text1 and text2:
                 pairs.append(ScoredPair(text1, text2, score, source))
     return pairs
+
+
+COPY_FILL_COLUMNS = ("left", "right", "fill", "avoid")
+
+
+@dataclass(frozen=True)
+class CopyFill:
+    """A greedy fill that copied its context; ``avoid``: offsets in ``fill`` of the words to push down."""
+
+    left: str
+    right: str
+    fill: str
+    avoid: tuple[int, ...]
+
+
+def read_copy_fills(name: str) -> list[CopyFill]:
+    """The fills of a ``scripts/copy_fills.py`` file; an offset outside its fill is an error naming the line."""
+    fills: list[CopyFill] = []
+    for row in records.rows(_existing(name, (".jsonl",), "copy fills"), COPY_FILL_COLUMNS):
+        fill, avoid = row.fields["fill"], row.fields["avoid"]
+        texts = [row.fields[k] for k in ("left", "right", "fill")]
+        good = all(isinstance(t, str) for t in texts) and isinstance(avoid, list) and bool(avoid)
+        if not good or not all(
+            isinstance(a, int) and not isinstance(a, bool) and 0 <= a < len(fill) for a in avoid
+        ):
+            raise DataError(
+                f"{name}:{row.line}: each line needs the strings left, right, fill and avoid, a "
+                "non-empty list of character offsets inside fill; write the file with scripts/copy_fills.py"
+            )
+        fills.append(CopyFill(row.fields["left"], row.fields["right"], fill, tuple(avoid)))
+    if not fills:
+        raise DataError(f"{name} holds no copy fills; write it with scripts/copy_fills.py")
+    return fills
 
 
 def _existing(name: str, suffixes: tuple[str, ...], kind: str) -> Path:

@@ -16,7 +16,7 @@ gradient averaging (undone by the ``world`` factor), the same gradient as one pr
 same global batch.
 
 It knows nothing about data files, optimizers or checkpoints. It is longer than the ~400 lines
-of the structure rule: the optional terms (KL, CoSENT, end KL, END weighting) share the one
+of the structure rule: the optional terms (KL, CoSENT, end KL, END weighting, copy unlikelihood) share the one
 forward's decoder passes and its rules across processes, and read apart they would hide which
 pass each takes.
 """
@@ -129,6 +129,7 @@ class StepLosses:
     kl: float | None = None  # KL(adapted || base) per next-token target (kl_weight > 0)
     scored: float | None = None  # CoSENT over the scored pairs (a ScoredBatch was given)
     end_kl: float | None = None  # KL(adapted || base) after short texts (an EndBatch was given)
+    copy_ul: float | None = None  # -log(1 - p) per avoided token of copying fills (copies were given)
 
 
 def fused_rows_cost(lm: LMBatch, views: ViewBatch) -> tuple[int, int]:
@@ -170,6 +171,9 @@ class MagnetObjectives(torch.nn.Module):
       after each short text, read causally as a prompt is (a causal pass with the adapter and one
       without; called alone, as ``scored`` is). ``end_kl_without_end`` compares the two over every
       token but END (``end_token_id``), each renormalised.
+    - ``copies`` (an :class:`LMBatch` of :func:`~magnetsdk.train.collate.copy_fill_example` rows)
+      adds ``copy_ul_weight`` x the mean unlikelihood ``-log(1 - p)`` of the tokens where the
+      model's own fills continued a copy of their context (a pass of its own, called alone).
     """
 
     _FUSE_SLACK = 1.15
@@ -187,6 +191,7 @@ class MagnetObjectives(torch.nn.Module):
         span_end_weight: float = 1.0,
         end_token_id: int | None = None,
         end_kl_without_end: bool = False,
+        copy_ul_weight: float = 0.0,
     ) -> None:
         super().__init__()
         if (kl_weight or end_kl_weight) and not hasattr(model, "disable_adapter"):
@@ -208,6 +213,7 @@ class MagnetObjectives(torch.nn.Module):
             raise ValueError("end_kl_without_end needs end_token_id: the layout's END token")
         self.end_token_id = end_token_id
         self.end_kl_without_end = end_kl_without_end
+        self.copy_ul_weight = copy_ul_weight
 
     def forward(
         self,
@@ -218,6 +224,7 @@ class MagnetObjectives(torch.nn.Module):
         embed_only: bool = False,
         scored: ScoredBatch | None = None,
         ends: EndBatch | None = None,
+        copies: LMBatch | None = None,
     ) -> StepLosses:
         w_mntp, w_sscl, w_msg = weights
         world = world_size()
@@ -239,6 +246,16 @@ class MagnetObjectives(torch.nn.Module):
                 sscl=None,
                 msg=None,
                 end_kl=float(global_sum(loss.detach()) / world),
+            )
+        if copies is not None:
+            summed, found = self._copy_unlikelihood(copies)
+            count = found.clamp_min(1.0)
+            return StepLosses(
+                total=total + self.copy_ul_weight * summed / count * world,
+                mntp=None,
+                sscl=None,
+                msg=None,
+                copy_ul=float(global_sum(summed.detach()) / count),
             )
         mntp = msg = sscl = kl = None
         use_lm = lm is not None and bool(w_mntp or w_msg) and not embed_only
@@ -298,6 +315,17 @@ class MagnetObjectives(torch.nn.Module):
         return cosent(
             gather_keep_local_grad(similarities), gather_keep_local_grad(scored.scores), self.cosent_scale
         )
+
+    def _copy_unlikelihood(self, copies: LMBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(summed ``-log(1 - p)`` over this process's avoided tokens, their global count)."""
+        hidden = run_decoder(
+            self.model, copies.input_ids, copies.valid, AttentionMode.HYBRID, copies.is_span
+        ).hidden
+        logits = logits_at(self.model, hidden[copies.msg_rows, copies.msg_positions])  # (m, V) float32
+        p = F.softmax(logits, dim=-1).gather(1, copies.msg_targets[:, None]).squeeze(1)
+        # Clamped below 1 so a token the model is sure of gives a large, finite loss.
+        summed = -torch.log1p(-p.clamp(max=1.0 - 1e-6)).sum()
+        return summed, global_sum(torch.tensor(float(p.numel()), device=p.device))
 
     def _end_kl(self, ends: EndBatch) -> torch.Tensor:
         """Mean KL(adapted || base) over this process's rows of the next token after each text."""

@@ -271,6 +271,7 @@ class RunSetup:
             span_end_weight=config.span_end_weight,
             end_token_id=self.layout.end_id,
             end_kl_without_end=config.end_kl_without_end,
+            copy_ul_weight=config.copy_ul_weight,
         )
         # FSDP's auto-wrap gives each class in `_no_split_modules` of the module it wraps its own
         # shard unit; hand the decoder's layer classes up from the model inside.

@@ -151,7 +151,7 @@ class _Run(RunSetup):
         config = self.config
         started = time.perf_counter()
         weights = config.weights_at(step)
-        keys = ("mntp", "sscl", "msg", "kl", "scored", "end_kl")
+        keys = ("mntp", "sscl", "msg", "kl", "scored", "end_kl", "copy_ul")
         accumulated: dict[str, list[float]] = {k: [] for k in keys}
         tokens = 0
         total = 0.0
@@ -159,16 +159,22 @@ class _Run(RunSetup):
             lm, views, items = self.batches.batch(step, micro, weights)
             scored = self.batches.scored_batch(step, micro)
             ends = self.batches.end_batch(step, micro)
-            tokens += sum(b.tokens for b in (lm, views, scored, ends) if b is not None)
+            copies = self.batches.copy_batch(step, micro)
+            tokens += sum(b.tokens for b in (lm, views, scored, ends, copies) if b is not None)
             calls, sscl = self._calls(lm, views, weights)
-            calls = [(*call, None, None) for call in calls if call[0] is not None or call[1] is not None]
-            # Scored pairs and the end KL take passes of their own, the last of the micro-batch.
+            calls = [
+                (*call, None, None, None) for call in calls if call[0] is not None or call[1] is not None
+            ]
+            # Scored pairs, the end KL and copy unlikelihood take passes of their own, the last of the micro-batch.
             if scored is not None:
-                calls.append((None, None, None, None, scored, None))
+                calls.append((None, None, None, None, scored, None, None))
             if ends is not None:
-                calls.append((None, None, None, None, None, ends))
+                calls.append((None, None, None, None, None, ends, None))
+            if copies is not None:
+                calls.append((None, None, None, None, None, None, copies))
             values: dict[str, float | None] = {k: None for k in keys} | {"sscl": sscl}
-            for index, (lm_part, view_part, grads, rng, scored_part, end_part) in enumerate(calls):
+            for index, call in enumerate(calls):
+                lm_part, view_part, grads, rng, scored_part, end_part, copy_part = call
                 last = micro == config.gradient_accumulation - 1 and index == len(calls) - 1
                 sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.module)
                 with sync:
@@ -176,7 +182,13 @@ class _Run(RunSetup):
                         restore_rng(rng, self.accelerator.device)
                     with self.accelerator.autocast():
                         out = self.module(
-                            lm_part, view_part, weights, view_grads=grads, scored=scored_part, ends=end_part
+                            lm_part,
+                            view_part,
+                            weights,
+                            view_grads=grads,
+                            scored=scored_part,
+                            ends=end_part,
+                            copies=copy_part,
                         )
                     for key in keys:
                         if getattr(out, key) is not None:
@@ -193,7 +205,13 @@ class _Run(RunSetup):
             total += sum(
                 w * v
                 for w, v in zip(
-                    (*weights, config.kl_weight, config.scored_weight, config.end_kl_weight),
+                    (
+                        *weights,
+                        config.kl_weight,
+                        config.scored_weight,
+                        config.end_kl_weight,
+                        config.copy_ul_weight,
+                    ),
                     (
                         values["mntp"],
                         values["sscl"],
@@ -201,6 +219,7 @@ class _Run(RunSetup):
                         values["kl"],
                         values["scored"],
                         values["end_kl"],
+                        values["copy_ul"],
                     ),
                     strict=True,
                 )
@@ -224,6 +243,8 @@ class _Run(RunSetup):
             del losses["scored"]
         if not config.end_kl_weight:
             del losses["end_kl"]
+        if not config.copy_ul_weight:
+            del losses["copy_ul"]
         losses["loss"] = total / config.gradient_accumulation
         tokens = int(global_sum(torch.tensor(tokens, device=self.accelerator.device)))
         return losses, tokens, time.perf_counter() - started
