@@ -40,9 +40,7 @@ def test_only_the_words_that_continue_a_five_word_copy_are_avoided(copy_fills):
     assert copy_fills.avoided_offsets(" the capital of France and", [LEFT], keep=0) == [1, 5, 13, 16, 23]
 
 
-def test_the_script_keeps_only_copying_fills_and_refuses_a_result_without_fills(
-    copy_fills, tmp_path
-):
+def test_the_script_keeps_only_copying_fills_and_refuses_a_result_without_fills(copy_fills, tmp_path):
     result = {
         "details": {
             "infills": {
