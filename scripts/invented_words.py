@@ -14,6 +14,7 @@ are lower-cased runs of letters of at least four.
   ("beaches" beside "beach").
 
     python scripts/invented_words.py runs/eval/p4-infill-dev-all.json [MORE.json ...]
+    python scripts/invented_words.py p34-infill-dev-all.json -o p34-respelt-dev-all.json  # for rule_table.py
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import difflib
 import json
 import re
 from pathlib import Path
+
+from magnetsdk.files import atomic_write_text
 
 RESPELT_SIMILARITY = 0.8
 SAME_START = 3  # a respelt name keeps its first letters ("Downdown" for "Downtown")
@@ -83,16 +86,32 @@ def counts(fills: list[dict], vocabulary: set[str]) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", nargs="+", type=Path, help="magnet eval infill JSON with stored fills")
     parser.add_argument("--reference", type=Path, default=Path("../shared/data/wikitext2/wiki.valid.tokens"))
-    args = parser.parse_args()
+    parser.add_argument(
+        "--output",
+        "-o",
+        type=Path,
+        help="Also write the counts of the one result given as JSON ({'figures': {'respelt', 'unseen', 'fills'}}), "
+        "for benchmarks/rule_table.py",
+    )
+    args = parser.parse_args(argv)
+    if args.output and len(args.results) != 1:
+        parser.error("--output writes the counts of one result: give one file")
     vocabulary = set(words(args.reference.read_text(encoding="utf-8")))
     for path in args.results:
         stored = json.loads(path.read_text(encoding="utf-8"))["details"]["infills"]
+        if args.output and len(stored) != 1:
+            parser.error(f"{path} holds fills of {sorted(stored)}: --output needs one layout")
         for layout, fills in stored.items():
             found = counts(fills, vocabulary)
+            if args.output:
+                figures = {k: found[k] for k in ("respelt", "unseen", "fills")}
+                atomic_write_text(
+                    args.output, json.dumps({"figures": figures, "source": path.name}, indent=1)
+                )
             print(
                 f"{path.name} [{layout}]: {found['unseen']} of {found['fills']} fills "
                 f"({found['unseen'] / found['fills']:.3f}) hold an unseen word, e.g. {found['unseen_examples']}; "

@@ -36,3 +36,18 @@ def test_counts_reads_every_fill(words):
     found = words.counts(fills, {"the", "district"})
     assert (found["fills"], found["unseen"], found["respelt"]) == (3, 2, 1)
     assert found["respelt_examples"] == [["downdown"]]
+
+
+def test_the_counts_of_one_result_are_written_for_the_rule_table(words, tmp_path):
+    import json
+
+    reference = tmp_path / "reference.txt"
+    reference.write_text("the district\n")
+    result = tmp_path / "p34-infill-dev-all.json"
+    fills = [fill(" Downdown"), fill(" the district"), fill(" solstice")]
+    result.write_text(json.dumps({"details": {"infills": {"spm": fills}}}))
+    out = tmp_path / "p34-respelt-dev-all.json"
+    words.main([str(result), "--reference", str(reference), "-o", str(out)])
+    assert json.loads(out.read_text())["figures"] == {"respelt": 1, "unseen": 2, "fills": 3}
+    with pytest.raises(SystemExit):  # one result only: the file holds one set of counts
+        words.main([str(result), str(result), "--reference", str(reference), "-o", str(out)])

@@ -134,3 +134,21 @@ def test_phase_32_holds_every_item_and_phase_33_fails_its_two(rule_table):
         "infill dev-all both sides",
         "infill dev-all both/left",
     ]
+
+
+def test_phase_34_asks_for_the_issues_copy_rate_with_respellings_and_word_f1_kept(tmp_path, rule_table):
+    folder = tmp_path / "p34-2027-01-01"
+    folder.mkdir()
+    # Copies at 14 of 149 (the issue's 10 %), but two more fills respell a name and F1 fell 0.006.
+    figures = {"copy_rate": 14 / 149, "closed_rate": 78 / 149, "gold_f1": 0.2034, "both_over_left": 0.94}
+    figures["shuffled_over_both[spm]"] = 1.07
+    (folder / "p34-infill-dev-all.json").write_text(json.dumps({"figures": figures}))
+    (folder / "p34-respelt-dev-all.json").write_text(json.dumps({"figures": {"respelt": 4}}))
+    rows = rule_table.table(folder)
+    found = verdicts(rows)
+    assert found["infill dev-all copies"] == "holds"
+    assert found["infill dev-all closed"] == "holds"
+    assert found["infill dev-all both/left"] == "holds"  # within phase 32's 0.9372 + 0.005
+    assert found["infill dev-all word F1"] == "FAILS"
+    assert found["infill dev-all respelt fills"] == "FAILS"
+    assert any(row.startswith("infill dev-all respelt fills") and " p32 " in row for row in rows)
