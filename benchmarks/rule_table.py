@@ -13,7 +13,8 @@ must rise over phase 27's and the gap must not widen; phase 31 asks for a larger
 right side of the dev fills (both / left only <= 0.924) and has no gap item; phase 32 asks for fills
 that close (>= 75 of 149) and copy no more, and lets the right side's share lose at most 0.015;
 phase 33 is judged against phase 32 and asks for phase 27's share back with both sides no worse;
-phase 34 asks for dev copies at the issue's 10 % with closure, word F1 and respellings kept. A result
+phase 34 asks for dev copies at the issue's 10 % with closure, word F1 and respellings kept, and
+phase 35 (the same copy term weighted 5.0) is read by phase 34's rule. A result
 file that is not there yet prints as "(not yet)".
 """
 

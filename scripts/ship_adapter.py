@@ -14,6 +14,10 @@ the base model, and writes into ``--into`` (default ``magnetsdk/adapters/default
 The files are written by :func:`magnetsdk.model_dir.write_model_directory`: staged beside the
 target and swapped in by rename; a target holding files this script did not write is refused.
 
+The script is longer than the ~400 lines of the structure rule because about a third of it is the
+model card's own words (the figure rows' labels and the card's template), kept beside the code that
+fills them so that the card reads as one document.
+
     python scripts/ship_adapter.py runs/default-long --command "bash scripts/train_default.sh" \
         --adapter-eval runs/eval/long --base-eval runs/eval/default-base
 """
@@ -264,6 +268,8 @@ def model_card(
         settings += _setting_rows(
             config, ("end_kl_weight", "end_kl_without_end", "end_kl_batch_size", "end_kl_max_tokens")
         )
+    if config.get("copy_fills"):
+        settings += _setting_rows(config, ("copy_fills", "copy_ul_weight", "copy_ul_batch_size"))
     if config.get("span_end_weight", 1.0) != 1.0:
         settings += _setting_rows(config, ("span_end_weight",))
     if config.get("end_token") or config.get("train_layout_tokens"):
@@ -281,6 +287,12 @@ def model_card(
         "STS-B dev, with their scores (CoSENT, `scored_pairs`)"
         if config.get("scored_pairs")
         else "STS-B train sentences except the held-out rows (scores unused)"
+    )
+    copies = (
+        " Copy unlikelihood (`copy_fills`): fills of the adapter this run started from, greedy, on "
+        "infill items from those WikiText lines, where they copied a 5-word run of their context."
+        if config.get("copy_fills")
+        else ""
     )
     started = json.loads((run / "magnet_config.json").read_text(encoding="utf-8"))["training"].get(
         "init_adapter"
@@ -318,7 +330,7 @@ valid paragraphs after line 1000 (lines 1-1000 are held out: the infill, perplex
 and retrieval evaluations read them) as missing-span and MNTP texts and, whole articles with EOS
 only at an article's end, as next-token documents; {sts_train}; SNLI dev and test premises. SSCL positives: SNLI entailment pairs with the
 contradiction as a hard negative, plus inverse-cloze pairs from the WikiText paragraphs
-(`ict_share`). STS-B dev and the held-out STS rows never train.
+(`ict_share`).{copies} STS-B dev and the held-out STS rows never train.
 
 | setting | value |
 |---|---|

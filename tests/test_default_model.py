@@ -86,7 +86,7 @@ def facts_known(magnet) -> int:
 
 
 def test_the_adapter_keeps_at_least_half_of_what_the_base_knows(default_magnet):
-    # A floor, not a target: the shipped adapter (phase 32) states 10 of the 16, as phase 27; phase 11 (as phases 10, 9 and 4) 8,
+    # A floor, not a target: the shipped adapter (phase 35) states 9 of the 16 (phases 32 and 27 10); phase 11 (as phases 10, 9 and 4) 8,
     # phase 2 6, the base 10 (docs/results.md). A run that forgets more than half of the base's facts fails here.
     from magnetsdk import Magnet
 
@@ -181,7 +181,7 @@ def test_the_demo_continuation_does_not_end_after_its_first_sentence(default_mag
 
 
 def test_ranked_infills_state_the_fact_at_least_as_often_as_greedy_ones(default_magnet):
-    # Measured (docs/results.md): the shipped adapter (phase 32) greedy 11 of 16, ranked 13 (phase 27 12 / 14;
+    # Measured (docs/results.md): the shipped adapter (phase 35) greedy 10 of 16, ranked 13 (phase 32 11 / 13; phase 27 12 / 14;
     # phase 11 13 / 14; phase 9 12 / 13).
     texts = [t for t, _ in INFILL_FACTS]
     greedy = default_magnet.infill(texts, max_new_tokens=8)

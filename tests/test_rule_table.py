@@ -152,3 +152,10 @@ def test_phase_34_asks_for_the_issues_copy_rate_with_respellings_and_word_f1_kep
     assert found["infill dev-all word F1"] == "FAILS"
     assert found["infill dev-all respelt fills"] == "FAILS"
     assert any(row.startswith("infill dev-all respelt fills") and " p32 " in row for row in rows)
+
+
+def test_phase_34_fails_only_its_copies_and_phase_35_holds_every_item(rule_table):
+    phase34 = verdicts(rule_table.table(ROOT / "benchmarks/results/p34-2026-12-07"))
+    assert [item for item, verdict in phase34.items() if verdict == "FAILS"] == ["infill dev-all copies"]
+    phase35 = verdicts(rule_table.table(ROOT / "benchmarks/results/p35-2026-12-07"))
+    assert len(phase35) == 17 and set(phase35.values()) == {"holds"}
