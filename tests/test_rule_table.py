@@ -159,3 +159,19 @@ def test_phase_34_fails_only_its_copies_and_phase_35_holds_every_item(rule_table
     assert [item for item, verdict in phase34.items() if verdict == "FAILS"] == ["infill dev-all copies"]
     phase35 = verdicts(rule_table.table(ROOT / "benchmarks/results/p35-2026-12-07"))
     assert len(phase35) == 17 and set(phase35.values()) == {"holds"}
+
+
+def test_phase_36_asks_for_the_share_against_phase_35_with_its_fills_kept(tmp_path, rule_table):
+    folder = tmp_path / "p36-2027-01-01"
+    folder.mkdir()
+    # The share 0.011 past phase 35's, but the copies back at phase 32's 24 of 149.
+    figures = {"copy_rate": 24 / 149, "closed_rate": 80 / 149, "gold_f1": 0.2125, "both_over_left": 0.9307}
+    figures["shuffled_over_both[spm]"] = 1.07
+    (folder / "p36-infill-dev-all.json").write_text(json.dumps({"figures": figures}))
+    (folder / "p36-respelt-dev-all.json").write_text(json.dumps({"figures": {"respelt": 2}}))
+    rows = rule_table.table(folder)
+    found = verdicts(rows)
+    assert found["infill dev-all both/left"] == "holds"
+    assert found["infill dev-all respelt fills"] == "holds"
+    assert found["infill dev-all copies"] == "FAILS"
+    assert any(row.startswith("infill dev-all both/left") and " p35 " in row for row in rows)
