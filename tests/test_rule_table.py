@@ -175,3 +175,8 @@ def test_phase_36_asks_for_the_share_against_phase_35_with_its_fills_kept(tmp_pa
     assert found["infill dev-all respelt fills"] == "holds"
     assert found["infill dev-all copies"] == "FAILS"
     assert any(row.startswith("infill dev-all both/left") and " p35 " in row for row in rows)
+
+
+def test_phase_36_fails_only_the_share_it_asked_for(rule_table):
+    phase36 = verdicts(rule_table.table(ROOT / "benchmarks/results/p36-2026-12-07"))
+    assert [item for item, verdict in phase36.items() if verdict == "FAILS"] == ["infill dev-all both/left"]
