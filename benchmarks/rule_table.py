@@ -98,12 +98,13 @@ QUALITY_P34 = with_threshold(
 # Phase 36 (against phase 35): the right side's share on the dev fills 0.01 past phase 35's 0.9417
 # (more than the 0.008 two seeds of one recipe differ by), keeping phase 35's fills: closed (80 of
 # 149, less 4), word F1 (0.2125, less 0.005), respelt fills (0, +2) and copies (<= 14 of 149).
-FILLS_P36 = [
-    *with_threshold(
-        with_threshold(FILLS, "infill dev-all closed", 76 / 149), "infill dev-all word F1", 0.2075
+FILLS_P36 = with_threshold(
+    with_threshold(
+        with_threshold(FILLS_P34, "infill dev-all closed", 76 / 149), "infill dev-all word F1", 0.2075
     ),
-    ("infill dev-all respelt fills", "respelt-dev-all", "respelt", "<=", 2),
-]
+    "infill dev-all respelt fills",
+    2,
+)
 QUALITY_P36 = with_threshold(QUALITY_P34, "infill dev-all both/left", 0.9317)
 
 

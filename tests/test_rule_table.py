@@ -14,6 +14,21 @@ def verdicts(rows: list[str]) -> dict[str, str]:
     return {row[:32].strip(): row.rsplit(" ", 1)[-1] for row in rows}
 
 
+def phase_folder(tmp_path: Path, phase: str, results: dict[str, dict]) -> Path:
+    """A results folder ``pNN-2027-01-01`` holding ``pNN-TASK.json`` with each task's figures."""
+    folder = tmp_path / f"{phase}-2027-01-01"
+    folder.mkdir()
+    for task, figures in results.items():
+        (folder / f"{phase}-{task}.json").write_text(json.dumps({"figures": figures}))
+    return folder
+
+
+def sts_figures(dev: float, even_rows: float) -> dict[str, dict]:
+    """The STS-B dev and held-out even-row results of a phase, for ``phase_folder``."""
+    pairs = (("sts-dev", dev), ("sts-heldout-select", even_rows))
+    return {task: {f"{task}.spearman": value} for task, value in pairs}
+
+
 @pytest.fixture
 def rule_table(repo_script):
     return repo_script("benchmarks/rule_table.py")
@@ -30,9 +45,7 @@ def test_the_recorded_phases_read_as_their_outcomes_say(rule_table):
 
 
 def test_a_phase_without_its_files_prints_not_yet_and_a_bad_folder_is_refused(tmp_path, rule_table):
-    folder = tmp_path / "p31-2027-01-01"
-    folder.mkdir()
-    (folder / "p31-lm.json").write_text(json.dumps({"figures": {"ppl": 30.0}}))
+    folder = phase_folder(tmp_path, "p31", {"lm": {"ppl": 30.0}})
     rows = rule_table.table(folder)
     assert rows[0].endswith("(not yet)") and sum(row.endswith("(not yet)") for row in rows) == len(rows) - 1
     assert [row for row in rows if row.startswith("perplexity")][0].endswith("<= 22.26: FAILS")
@@ -45,10 +58,7 @@ def test_a_phase_without_its_files_prints_not_yet_and_a_bad_folder_is_refused(tm
 def test_phase_27_holds_every_item_and_later_phases_must_narrow_the_sts_gap(tmp_path, rule_table):
     phase27 = verdicts(rule_table.table(ROOT / "benchmarks/results/p27-2026-12-06"))
     assert len(phase27) == 14 and set(phase27.values()) == {"holds"}  # shipped 2026-12-06
-    folder = tmp_path / "p28-2027-01-01"
-    folder.mkdir()
-    for task, value in (("sts-dev", 85.0), ("sts-heldout-select", 80.0)):
-        (folder / f"p28-{task}.json").write_text(json.dumps({"figures": {f"{task}.spearman": value}}))
+    folder = phase_folder(tmp_path, "p28", sts_figures(85.0, 80.0))
     rows = verdicts(rule_table.table(folder))
     assert rows["STS-B dev - held-out even rows"] == "holds"  # 5.0 <= 5.19
     (folder / "p28-sts-heldout-select.json").write_text(
@@ -62,10 +72,7 @@ def test_phase_27_holds_every_item_and_later_phases_must_narrow_the_sts_gap(tmp_
 
 
 def test_phase_30_s_held_out_rows_must_rise_and_phase_31_s_right_side_must_help_more(tmp_path, rule_table):
-    folder = tmp_path / "p30-2027-01-01"
-    folder.mkdir()
-    for task, value in (("sts-dev", 84.9), ("sts-heldout-select", 79.5)):
-        (folder / f"p30-{task}.json").write_text(json.dumps({"figures": {f"{task}.spearman": value}}))
+    folder = phase_folder(tmp_path, "p30", sts_figures(84.9, 79.5))
     rows = verdicts(rule_table.table(folder))
     assert rows["held-out even rows"] == "FAILS"  # 79.5 < 79.52
     assert rows["STS-B dev - held-out even rows"] == "holds"  # 5.4 <= 5.44
@@ -74,20 +81,13 @@ def test_phase_30_s_held_out_rows_must_rise_and_phase_31_s_right_side_must_help_
         "STS-B dev - held-out even rows",
         "infill dev-all both/left",
     ]
-    folder = tmp_path / "p31-2027-01-01"
-    folder.mkdir()
-    (folder / "p31-infill-dev-all.json").write_text(
-        json.dumps(
-            {"figures": {"both_over_left": 0.93, "closed_rate": 0.4, "gold_f1": 0.2, "copy_rate": 0.1}}
-        )
-    )
+    fills = {"both_over_left": 0.93, "closed_rate": 0.4, "gold_f1": 0.2, "copy_rate": 0.1}
+    folder = phase_folder(tmp_path, "p31", {"infill-dev-all": fills})
     rows = verdicts(rule_table.table(folder))
     assert rows["infill dev-all both/left"] == "FAILS" and "STS-B dev - held-out even rows" not in rows
 
 
 def test_phase_32_asks_for_fills_that_close_at_a_bounded_cost_to_the_right_side(tmp_path, rule_table):
-    folder = tmp_path / "p32-2027-01-01"
-    folder.mkdir()
     figures = {
         "both_over_left": 0.94,  # within the 0.944 allowed
         "shuffled_over_both[spm]": 1.04,  # under the 1.05 the issue asks
@@ -95,9 +95,7 @@ def test_phase_32_asks_for_fills_that_close_at_a_bounded_cost_to_the_right_side(
         "gold_f1": 0.21,
         "copy_rate": 25 / 149,  # phase 27's count: allowed
     }
-    (folder / "p32-infill-dev-all.json").write_text(json.dumps({"figures": figures}))
-    for task, value in (("sts-dev", 84.9), ("sts-heldout-select", 79.4)):
-        (folder / f"p32-{task}.json").write_text(json.dumps({"figures": {f"{task}.spearman": value}}))
+    folder = phase_folder(tmp_path, "p32", {"infill-dev-all": figures, **sts_figures(84.9, 79.4)})
     rows = verdicts(rule_table.table(folder))
     assert rows["infill dev-all both/left"] == "holds"
     assert rows["infill dev-all shuffled/both"] == "FAILS"
@@ -107,8 +105,6 @@ def test_phase_32_asks_for_fills_that_close_at_a_bounded_cost_to_the_right_side(
 
 
 def test_phase_33_is_judged_against_phase_32_and_needs_both_sides_no_worse(tmp_path, rule_table):
-    folder = tmp_path / "p33-2027-01-01"
-    folder.mkdir()
     # A better ratio reached by a worse left-only reading: both sides rose, so it fails.
     figures = {
         "both_over_left": 0.925,
@@ -118,7 +114,7 @@ def test_phase_33_is_judged_against_phase_32_and_needs_both_sides_no_worse(tmp_p
         "gold_f1": 0.21,
         "copy_rate": 0.15,
     }
-    (folder / "p33-infill-dev-all.json").write_text(json.dumps({"figures": figures}))
+    folder = phase_folder(tmp_path, "p33", {"infill-dev-all": figures})
     rows = rule_table.table(folder)
     found = verdicts(rows)
     assert found["infill dev-all both/left"] == "holds"
@@ -137,13 +133,10 @@ def test_phase_32_holds_every_item_and_phase_33_fails_its_two(rule_table):
 
 
 def test_phase_34_asks_for_the_issues_copy_rate_with_respellings_and_word_f1_kept(tmp_path, rule_table):
-    folder = tmp_path / "p34-2027-01-01"
-    folder.mkdir()
     # Copies at 14 of 149 (the issue's 10 %), but two more fills respell a name and F1 fell 0.006.
     figures = {"copy_rate": 14 / 149, "closed_rate": 78 / 149, "gold_f1": 0.2034, "both_over_left": 0.94}
     figures["shuffled_over_both[spm]"] = 1.07
-    (folder / "p34-infill-dev-all.json").write_text(json.dumps({"figures": figures}))
-    (folder / "p34-respelt-dev-all.json").write_text(json.dumps({"figures": {"respelt": 4}}))
+    folder = phase_folder(tmp_path, "p34", {"infill-dev-all": figures, "respelt-dev-all": {"respelt": 4}})
     rows = rule_table.table(folder)
     found = verdicts(rows)
     assert found["infill dev-all copies"] == "holds"
@@ -162,13 +155,10 @@ def test_phase_34_fails_only_its_copies_and_phase_35_holds_every_item(rule_table
 
 
 def test_phase_36_asks_for_the_share_against_phase_35_with_its_fills_kept(tmp_path, rule_table):
-    folder = tmp_path / "p36-2027-01-01"
-    folder.mkdir()
     # The share 0.011 past phase 35's, but the copies back at phase 32's 24 of 149.
     figures = {"copy_rate": 24 / 149, "closed_rate": 80 / 149, "gold_f1": 0.2125, "both_over_left": 0.9307}
     figures["shuffled_over_both[spm]"] = 1.07
-    (folder / "p36-infill-dev-all.json").write_text(json.dumps({"figures": figures}))
-    (folder / "p36-respelt-dev-all.json").write_text(json.dumps({"figures": {"respelt": 2}}))
+    folder = phase_folder(tmp_path, "p36", {"infill-dev-all": figures, "respelt-dev-all": {"respelt": 2}})
     rows = rule_table.table(folder)
     found = verdicts(rows)
     assert found["infill dev-all both/left"] == "holds"
