@@ -15,7 +15,8 @@ that close (>= 75 of 149) and copy no more, and lets the right side's share lose
 phase 33 is judged against phase 32 and asks for phase 27's share back with both sides no worse;
 phase 34 asks for dev copies at the issue's 10 % with closure, word F1 and respellings kept, and
 phase 35 (the same copy term weighted 5.0) is read by phase 34's rule; phase 36 is judged against
-phase 35 and asks for the right side's share 0.01 past phase 35's with its fills kept. A result
+phase 35 and asks for the right side's share 0.01 past phase 35's with its fills kept; phase 37 is
+judged against phase 35 and asks for a quarter fewer looping dev fills with the rest kept. A result
 file that is not there yet prints as "(not yet)".
 """
 
@@ -107,6 +108,12 @@ FILLS_P36 = with_threshold(
 )
 QUALITY_P36 = with_threshold(QUALITY_P34, "infill dev-all both/left", 0.9317)
 
+# Phase 37 (against phase 35): a quarter fewer looping dev fills (phase 35 82 of 149; scripts/
+# loop_fills.py -o pNN-loops-dev-all.json), phase 36's fill items kept, and the right side's share
+# at most 0.005 worse than phase 35's 0.9417.
+FILLS_P37 = [("infill dev-all looping fills", "loops-dev-all", "loops", "<=", 61), *FILLS_P36]
+QUALITY_P37 = with_threshold(QUALITY_P34, "infill dev-all both/left", 0.9467)
+
 
 class Rule(NamedTuple):
     baseline: str  # the phase the figures are compared with, e.g. "p11"
@@ -135,7 +142,9 @@ def rule_for(phase: int) -> Rule:
         return Rule("p10", str(RESULTS / "p10-2026-12-03" / "p10fp32-{}.json"), QUALITY_P11, False)
     if phase == 14:
         return Rule("p11", P11, QUALITY, True)
-    if phase >= 36:
+    if phase >= 37:
+        return Rule("p35", P35, FILLS_P37 + QUALITY_P37, True, STS_GAP_P30)
+    if phase == 36:
         return Rule("p35", P35, FILLS_P36 + QUALITY_P36, True, STS_GAP_P30)
     if phase >= 34:
         return Rule("p32", P32, FILLS_P34 + QUALITY_P34, True, STS_GAP_P30)

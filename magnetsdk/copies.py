@@ -2,6 +2,8 @@
 
 - Words (``resample_copies=N``, and the copy rate ``magnet eval infill`` reports): a fill copies when
   it holds a run of :data:`COPY_WORDS` words that also occurs inside one context segment of its text.
+- Loops (the loop rate ``magnet eval infill`` reports): a fill loops when it repeats a run of
+  :data:`LOOP_UNITS` of its own units (words and single punctuation marks, so ``@-@-@-@`` loops too).
 - Tokens (``copy_guard=N``): :func:`context_runs` maps every run of N - 1 context tokens to the
   tokens that follow it, so the decode can hold those back (``infilling.SpanProgram``).
 """
@@ -31,6 +33,36 @@ def copies_text(span: str, sides: Sequence[str], n: int = COPY_WORDS) -> bool:
         if any(tuple(side_words[i : i + n]) in grams for i in range(len(side_words) - n + 1)):
             return True
     return False
+
+
+# A fill loops when it repeats a run of this many of its own units (``loop_offsets``).
+LOOP_UNITS = 5
+
+# A unit is a word or one punctuation mark: a fill looping on "@-@-@-@" or ", , ," loops in units.
+_UNIT = re.compile(r"\w+|[^\w\s]")
+
+
+def loop_offsets(text: str, n: int = LOOP_UNITS) -> list[int]:
+    """Character offsets of the units of ``text`` that complete a repeat of an earlier run of ``n`` units.
+
+    The first unit of a loop that does so is where the loop becomes certain; every later unit that
+    continues it completes another repeated run. Empty when ``text`` does not loop.
+    """
+    found = list(_UNIT.finditer(text.lower()))
+    units = [m.group() for m in found]
+    first_start: dict[tuple[str, ...], int] = {}
+    offsets = []
+    for end in range(n - 1, len(units)):
+        run = tuple(units[end - n + 1 : end + 1])
+        start = first_start.setdefault(run, end - n + 1)
+        if start < end - n + 1:
+            offsets.append(found[end].start())
+    return offsets
+
+
+def loops(text: str, n: int = LOOP_UNITS) -> bool:
+    """Whether ``text`` repeats a run of ``n`` of its own units."""
+    return bool(loop_offsets(text, n))
 
 
 def copies_segments(spans: Sequence[str], segments: Sequence[str]) -> bool:

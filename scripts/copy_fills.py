@@ -1,4 +1,4 @@
-"""The greedy fills that copy their context, as negatives for copy unlikelihood training.
+"""The greedy fills that copy their context (or loop), as negatives for copy unlikelihood training.
 
 Reads the fills that ``magnet eval infill --generate N`` stores in its JSON (items built from text
 the model trains on, never from the evaluation lines) and writes one line per fill that copies a
@@ -9,12 +9,15 @@ run of :data:`~magnetsdk.copies.COPY_WORDS` words of its left or right side:
 ``avoid`` holds the character offsets, inside ``fill``, of the words whose choice continued a copy:
 in each longest run of fill words that lies inside a copied window, every word from the
 ``--keep``-th on (default 2: a copied two-word name stays free, the third copied word is a
-negative). ``TrainConfig.copy_fills`` reads the file: the first token of each such word, given the
+negative). With ``--loops`` a fill that loops (:func:`~magnetsdk.copies.loop_offsets`: it repeats a
+run of :data:`~magnetsdk.copies.LOOP_UNITS` of its own words and marks) is kept too, and every unit
+that completes such a repeat is avoided as well. ``TrainConfig.copy_fills`` reads the file: the first token of each such word, given the
 fill before it, is pushed down by an unlikelihood term (``copy_ul_weight``).
 
     magnet eval infill runs/data/infill-train-mine.jsonl --layout spm --generate 1000 \\
         --max-new-tokens 48 --batch-size 8 --model default -o runs/eval/p32-mine.json
     python scripts/copy_fills.py runs/eval/p32-mine.json -o runs/data/copy_fills.jsonl
+    python scripts/copy_fills.py runs/eval/p32-mine.json --loops -o runs/data/copy_loop_fills.jsonl
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import re
 import sys
 from pathlib import Path
 
-from magnetsdk.copies import COPY_WORDS
+from magnetsdk.copies import COPY_WORDS, loop_offsets
 from magnetsdk.files import atomic_write_text
 
 WORD = re.compile(r"\w+")
@@ -58,13 +61,16 @@ def avoided_offsets(fill: str, sides: list[str], keep: int = 2, size: int = COPY
     return offsets
 
 
-def negatives(result: dict, keep: int = 2) -> list[dict]:
-    """The copying fills of one ``magnet eval infill`` result, each with its ``avoid`` offsets."""
+def negatives(result: dict, keep: int = 2, with_loops: bool = False) -> list[dict]:
+    """The copying (and with ``with_loops`` the looping) fills of one ``magnet eval infill`` result,
+    each with its ``avoid`` offsets."""
     out = []
     for fills in result["details"]["infills"].values():
         for item in fills:
             sides = [item["left"], item["right"]]
             avoid = avoided_offsets(item["generated"], sides, keep)
+            if with_loops:
+                avoid = sorted({*avoid, *loop_offsets(item["generated"])})
             if avoid:
                 out.append(
                     {"left": item["left"], "right": item["right"], "fill": item["generated"], "avoid": avoid}
@@ -77,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", type=Path, nargs="+", help="magnet eval infill JSON (with --generate)")
     parser.add_argument("--output", "-o", type=Path, required=True)
     parser.add_argument("--keep", type=int, default=2, help="Copied words left free at the start of a run.")
+    parser.add_argument(
+        "--loops", action="store_true", help="Keep the looping fills too (their repeats avoided)."
+    )
     args = parser.parse_args(argv)
     if args.keep < 0:
         parser.error(f"--keep {args.keep} must be >= 0")
@@ -85,10 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         result = json.loads(path.read_text(encoding="utf-8"))
         if "infills" not in result.get("details", {}):
             parser.error(f"{path} holds no fills: run magnet eval infill with --generate N")
-        records.extend(negatives(result, args.keep))
+        records.extend(negatives(result, args.keep, args.loops))
     atomic_write_text(args.output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     words = sum(len(r["avoid"]) for r in records)
-    print(f"wrote {len(records)} copying fills ({words} avoided words) to {args.output}", file=sys.stderr)
+    kind = "copying or looping" if args.loops else "copying"
+    print(f"wrote {len(records)} {kind} fills ({words} avoided words) to {args.output}", file=sys.stderr)
     return 0
 
 

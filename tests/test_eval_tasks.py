@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from magnetsdk.attention import AttentionMode, allowed, backend_mask
+from magnetsdk.copies import loops
 from magnetsdk.eval import repetition as repetition_module
 from magnetsdk.eval.dependence import averaged_attention, eager_attention, evaluate_dependence
 from magnetsdk.eval.infill import (
@@ -130,6 +131,9 @@ def test_evaluate_infill_reports_both_perplexities(base, tmp_path):
     infills = result.details["infills"]["magnet"]
     assert len(infills) == 2 and infills[0]["gold"] == ITEMS[0].span
     assert 0.0 <= result.figures["closed_rate"] <= 1.0 and 0.0 <= result.figures["empty_rate"] <= 1.0
+    assert result.figures["loop_rate"] == np.mean([loops(i["generated"]) for i in infills])
+    assert [i["loops"] for i in infills] == [loops(i["generated"]) for i in infills]
+    assert result.figures["gold_loop_rate"] == np.mean([loops(i.span) for i in ITEMS[:2]])
     assert result.data[0]["sha256"] and result.model["model"] == "tiny-llama"
     assert read_infill_items(path, limit=1) == ITEMS[:1]
 

@@ -144,6 +144,19 @@ def test_copies_text_looks_for_a_run_of_words_inside_one_side():
     assert not copies_segments([" fine"], ["one two three four five six", ""])
 
 
+def test_a_fill_loops_from_the_unit_that_completes_a_repeated_run():
+    from magnetsdk.copies import loop_offsets, loops
+
+    text = " He was named the MVP . He was named the MVP again"
+    # " He was named the MVP" comes back: its fifth unit completes the repeat; " again" ends it.
+    assert loop_offsets(text) == [text.rindex("MVP")]
+    assert loop_offsets(" a b c d e a b c d") == []  # the repeat is one unit short
+    assert loops(" mid-@-@-@-@")  # marks are units: "@ - @ - @" repeats
+    assert not loops(" second @-@ team all @-@ star")  # WikiText's joiner twice is no loop
+    assert loop_offsets(" a b a b a", n=3) == [9]  # overlapping runs count: "a b a" from unit 3
+    assert not loops("")
+
+
 COPYING = "b b b b b b b b [GAP] b b b b b b"  # a tiny random model's greedy fill repeats " b"
 
 

@@ -170,3 +170,17 @@ def test_phase_36_asks_for_the_share_against_phase_35_with_its_fills_kept(tmp_pa
 def test_phase_36_fails_only_the_share_it_asked_for(rule_table):
     phase36 = verdicts(rule_table.table(ROOT / "benchmarks/results/p36-2026-12-07"))
     assert [item for item, verdict in phase36.items() if verdict == "FAILS"] == ["infill dev-all both/left"]
+
+
+def test_phase_37_asks_for_fewer_looping_fills_with_phase_35s_fills_and_share_kept(tmp_path, rule_table):
+    figures = {"copy_rate": 13 / 149, "closed_rate": 90 / 149, "gold_f1": 0.2125, "both_over_left": 0.9470}
+    figures["shuffled_over_both[spm]"] = 1.07
+    results = {"infill-dev-all": figures, "respelt-dev-all": {"respelt": 0}, "loops-dev-all": {"loops": 61}}
+    found = verdicts(rule_table.table(phase_folder(tmp_path, "p37", results)))
+    assert found["infill dev-all looping fills"] == "holds"
+    assert found["infill dev-all both/left"] == "FAILS"  # 0.0053 worse than phase 35's 0.9417
+    assert found["infill dev-all copies"] == "holds" and found["infill dev-all closed"] == "holds"
+    results["loops-dev-all"] = {"loops": 62}
+    (tmp_path / "again").mkdir()
+    found = verdicts(rule_table.table(phase_folder(tmp_path / "again", "p37", results)))
+    assert found["infill dev-all looping fills"] == "FAILS"

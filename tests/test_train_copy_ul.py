@@ -62,6 +62,24 @@ def test_the_script_keeps_only_copying_fills_and_refuses_a_result_without_fills(
         copy_fills.main([str(source), "-o", str(out)])
 
 
+def test_with_loops_the_script_also_keeps_the_looping_fills_and_avoids_their_repeats(copy_fills, tmp_path):
+    looping = " He won the cup in 2001 . He won the cup in 2002 ."
+    result = {
+        "details": {
+            "infills": {"spm": [{"left": LEFT, "right": RIGHT, "generated": g} for g in (FILL, looping)]}
+        }
+    }
+    source, out = tmp_path / "fills.json", tmp_path / "negatives.jsonl"
+    source.write_text(json.dumps(result))
+    assert copy_fills.main([str(source), "-o", str(out)]) == 0
+    assert [json.loads(line)["fill"] for line in out.read_text().splitlines()] == [FILL]  # no loops asked
+    assert copy_fills.main([str(source), "--loops", "-o", str(out)]) == 0
+    copying, looped = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(copying["avoid"]) == 7  # the copy's words; the fill does not loop
+    # " He won the cup in" comes back: "in" completes the repeat; "2002" and "." break it.
+    assert looped["fill"] == looping and looped["avoid"] == [looping.rindex(" in") + 1]
+
+
 def test_a_bad_copy_fills_file_names_its_line(tmp_path):
     path = tmp_path / "copies.jsonl"
     path.write_text(json.dumps({"left": "a", "right": "b", "fill": " c d", "avoid": [9]}) + "\n")

@@ -16,7 +16,8 @@ the reference both-sides perplexity must beat. Perplexity by position inside the
 (:data:`POSITION_BUCKETS`) shows where the right side helps. With ``generate > 0`` the first
 ``generate`` items are also filled greedily in each layout: the share of spans closed within the
 budget, the share left empty (closed at once, or only whitespace), the share that copy a run of
-:data:`COPY_WORDS` words of either side, and the mean word F1 of each fill against the true span
+:data:`COPY_WORDS` words of either side, the share that loop (repeat a run of :data:`LOOP_UNITS` of
+their own words and marks; the true spans' own rate is ``gold_loop_rate``), and the mean word F1 of each fill against the true span
 (:func:`word_f1`; many fills are right without being the original, so it ranks, it does not grade).
 ``candidates > 1`` fills them the way ``Magnet.infill(candidates=N, seed=0)`` does: ranked by the
 filled text's likelihood. ``line_breaks`` is ``Magnet.infill``'s rule (default ``"auto"``: the
@@ -35,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from magnetsdk.copies import COPY_WORDS, copies_text, words
+from magnetsdk.copies import COPY_WORDS, LOOP_UNITS, copies_text, loops, words
 from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.eval.scoring import ScoredSequence, perplexity, target_nll
 from magnetsdk.infilling import given_guards, has_line_break
@@ -250,12 +251,14 @@ def evaluate_infill(
             copied = [
                 copies_context(r.spans[0], i.left, i.right) for i, r in zip(picked, filled, strict=True)
             ]
+            looped = [loops(r.spans[0]) for r in filled]
             overlap = [word_f1(r.spans[0], i.span) for i, r in zip(picked, filled, strict=True)]
             resampled = [r.resampled for r in filled]
             figures[f"gold_f1[{layout.name}]"] = float(np.mean(overlap))
             figures[f"resampled_rate[{layout.name}]"] = float(np.mean(resampled))
             figures[f"closed_rate[{layout.name}]"] = float(np.mean(closed))
             figures[f"copy_rate[{layout.name}]"] = float(np.mean(copied))
+            figures[f"loop_rate[{layout.name}]"] = float(np.mean(looped))
             figures[f"empty_rate[{layout.name}]"] = float(np.mean(empty))
             figures[f"line_break_rate[{layout.name}]"] = float(np.mean(broken))
             details["infills"][layout.name] = [
@@ -266,14 +269,18 @@ def evaluate_infill(
                     "right": i.right,
                     "closed": c,
                     "copies": k,
+                    "loops": o,
                     "gold_f1": f,
                     "resampled": r.resampled,
                 }
-                for i, r, c, k, f in zip(picked, filled, closed, copied, overlap, strict=True)
+                for i, r, c, k, o, f in zip(picked, filled, closed, copied, looped, overlap, strict=True)
             ]
+        # The true spans' own loops: the rate a fill as repetitive as the text would show.
+        figures["gold_loop_rate"] = float(np.mean([loops(i.span) for i in picked]))
         if len(chosen) == 1:
             figures["closed_rate"] = figures[f"closed_rate[{chosen[0].name}]"]
             figures["copy_rate"] = figures[f"copy_rate[{chosen[0].name}]"]
+            figures["loop_rate"] = figures[f"loop_rate[{chosen[0].name}]"]
             figures["empty_rate"] = figures[f"empty_rate[{chosen[0].name}]"]
             figures["line_break_rate"] = figures[f"line_break_rate[{chosen[0].name}]"]
             figures["gold_f1"] = figures[f"gold_f1[{chosen[0].name}]"]
@@ -281,13 +288,18 @@ def evaluate_infill(
 
     headers = ["context", "layout", "span perplexity", "/ left only", "shuffled right", "span tokens"]
     if generate > 0:
-        headers += ["closed", f"copies {COPY_WORDS} words", "word F1 with the span"]
+        headers += [
+            "closed",
+            f"copies {COPY_WORDS} words",
+            f"loops {LOOP_UNITS} units",
+            "word F1 with the span",
+        ]
         for row in rows:
             name = row[1]
             row += (
-                [figures[f"closed_rate[{name}]"], figures[f"copy_rate[{name}]"], figures[f"gold_f1[{name}]"]]
+                [figures[f"{key}[{name}]"] for key in ("closed_rate", "copy_rate", "loop_rate", "gold_f1")]
                 if name
-                else ["", "", ""]
+                else ["", "", "", ""]
             )
     return EvalResult(
         task="infill",
