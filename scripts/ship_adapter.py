@@ -138,6 +138,14 @@ FIGURES = [
         1,
         "+",
     ),
+    # scripts/loop_fills.py -o PREFIX-loops-test-all.json, read from the stored fills of infill-test-all
+    (
+        "loops-test-all",
+        "loop_rate",
+        "infill test, all 144 filled: greedy fills that loop (repeat 5 of their own words and marks)",
+        1,
+        "-",
+    ),
     (
         "infill-test-ranked",
         "gold_f1",
