@@ -184,3 +184,9 @@ def test_phase_37_asks_for_fewer_looping_fills_with_phase_35s_fills_and_share_ke
     (tmp_path / "again").mkdir()
     found = verdicts(rule_table.table(phase_folder(tmp_path / "again", "p37", results)))
     assert found["infill dev-all looping fills"] == "FAILS"
+
+
+def test_phase_37_fails_its_loop_item_and_the_share(rule_table):
+    phase37 = verdicts(rule_table.table(ROOT / "benchmarks/results/p37-2026-12-07"))
+    failed = [item for item, verdict in phase37.items() if verdict == "FAILS"]
+    assert failed == ["infill dev-all looping fills", "infill dev-all both/left"]
