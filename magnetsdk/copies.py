@@ -6,6 +6,13 @@
   :data:`LOOP_UNITS` of its own units (words and single punctuation marks, so ``@-@-@-@`` loops too).
 - Tokens (``copy_guard=N``): :func:`context_runs` maps every run of N - 1 context tokens to the
   tokens that follow it, so the decode can hold those back (``infilling.SpanProgram``).
+
+Defaults: a greedy fill of the shipped model loops more often than not ("He was named ... for the
+second time in 2012 . He was named ... for the third time ..."). So ``Magnet.infill`` by default
+lets no fill repeat a run of :data:`DEFAULT_NO_REPEAT_NGRAM` of its own tokens, and since a fill
+that may not repeat itself writes a run of its context more often, a fill that then copies is
+resampled (:data:`DEFAULT_RESAMPLE_COPIES` fills, ranked :data:`DEFAULT_RESAMPLE_RANKING`). The three
+were chosen together by measurement (docs/results.md, "Loops in fills"); each can be turned off.
 """
 
 from __future__ import annotations
@@ -75,6 +82,11 @@ def copies_segments(spans: Sequence[str], segments: Sequence[str]) -> bool:
 # which a short text wins (" In 1985," before a whole sentence). "per-token": the decoded fills
 # alone, by mean log-likelihood per scored token (docs/results.md, "Resampling fills that copy").
 RESAMPLE_RANKINGS = ("total", "per-token")
+
+# ``Magnet.infill``'s loop guard and copy resampling (benchmarks/results/loop-guard-2026-12-07/rule-2.md).
+DEFAULT_NO_REPEAT_NGRAM = 4
+DEFAULT_RESAMPLE_COPIES = 8
+DEFAULT_RESAMPLE_RANKING = "per-token"
 
 
 def check_resample_ranking(ranking: str) -> None:

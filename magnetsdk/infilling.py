@@ -20,7 +20,7 @@ run of :data:`~magnetsdk.copies.COPY_WORDS` words of its own text (the left side
 right side early) is replaced by the likeliest of N sampled fills that do not, ranked as candidates
 are. The fills that do not copy are left alone, and no token is banned inside the decode: a ban
 (``copy_guard=``) makes the model respell the names it would have copied (docs/results.md, "A copy
-guard, measured and not made the default").
+guard, ..."). Resampling and a loop guard are on by default (why: :mod:`magnetsdk.copies`).
 
 Line breaks (``Magnet.infill(line_breaks=...)``): by default a fill may break a line only where its
 text holds a line break itself. A gap inside a line is filled within that line; without the rule a

@@ -33,7 +33,14 @@ from magnetsdk.checks import (
 )
 from magnetsdk.config import MagnetConfig, Pooling, choice
 from magnetsdk.context_cache import ContextCache
-from magnetsdk.copies import check_resample_copies, check_resample_ranking, copies_segments
+from magnetsdk.copies import (
+    DEFAULT_NO_REPEAT_NGRAM,
+    DEFAULT_RESAMPLE_COPIES,
+    DEFAULT_RESAMPLE_RANKING,
+    check_resample_copies,
+    check_resample_ranking,
+    copies_segments,
+)
 from magnetsdk.decoding import Sampling, check_decoding, check_run_length
 from magnetsdk.encoding import embed, fit_embeddings, pad_id, prepare, special_prefix
 from magnetsdk.forward import lm_head
@@ -374,11 +381,11 @@ class Magnet:
         batch_size: int = 8,
         use_cache: bool = True,
         repetition_penalty: float = 1.0,
-        no_repeat_ngram: int = 0,
+        no_repeat_ngram: int = DEFAULT_NO_REPEAT_NGRAM,
         copy_guard: int = 0,
         pool_stops: bool = False,
-        resample_copies: int = 0,
-        resample_ranking: str = "total",
+        resample_copies: int = DEFAULT_RESAMPLE_COPIES,
+        resample_ranking: str = DEFAULT_RESAMPLE_RANKING,
         layout: InfillLayout | str | None = None,
         candidates: int = 1,
         candidate_temperature: float = 0.8,
@@ -399,21 +406,24 @@ class Magnet:
         candidate ``k`` (1..N-1) of the call's text ``i`` is seeded ``seed + i * (N - 1) + k - 1``,
         so a seeded call is reproducible; unseeded, the candidates differ from call to call.
 
-        ``no_repeat_ngram=N`` (N >= 2; 0 is off) is a loop guard: no span repeats a run of N of
-        the span tokens decoded so far. ``copy_guard=N`` (N >= 2; 0 is off) keeps every span from
+        ``no_repeat_ngram=N`` (N >= 2; 0 is off; 4 by default) is a loop guard: no span repeats a
+        run of N of the span tokens decoded so far. ``copy_guard=N`` (N >= 2; 0 is off) keeps every span from
         holding a run of N tokens of its own text (either side of any gap): it bans tokens inside
         the decode. ``pool_stops=True`` counts END and EOS, which both close a span, as one token
         whose probability is their sum, so a greedy fill stops when stopping as a whole beats the
         best word (their tied embedding rows split the model's stop between them).
-        ``resample_copies=N`` (0 is off) leaves the decode alone: a fill that holds a
+        ``resample_copies=N`` (0 is off; 8 by default) leaves the decode alone: a fill that holds a
         run of :data:`~magnetsdk.copies.COPY_WORDS` words of its own text is replaced by the
         likeliest of N fills sampled at ``candidate_temperature`` / ``candidate_top_p`` that does
         not (ranked as ``candidates`` are; ``InfillResult.resampled`` says so), and stays when
         every one copies. Its samples are seeded ``seed`` (0 when unseeded, so a greedy call stays
         reproducible) + ``len(texts) * (candidates - 1) + i * N + k`` for text ``i``.
         ``resample_ranking``: ``"total"`` ranks those fills and their shorter cuts by summed
-        log-likelihood, as ``candidates`` are ranked; ``"per-token"`` ranks the sampled fills alone,
-        as decoded, by mean log-likelihood per scored token, which a short fragment does not win.
+        log-likelihood, as ``candidates`` are ranked; ``"per-token"`` (the default) ranks the
+        sampled fills alone, as decoded, by mean log-likelihood per scored token, which a short
+        fragment does not win. The three defaults were chosen together by measurement
+        (``docs/results.md``, "Loops in fills"): without them most greedy fills of the shipped
+        model loop, and a loop guard alone makes more fills copy their context.
 
         ``line_breaks``: ``"auto"`` lets a text's fills break a line only when the text holds a line
         break itself (a gap inside a line is filled within it); ``"allow"`` always, ``"forbid"`` never.

@@ -77,7 +77,7 @@ def run(*args: str):
         ),
         (
             "infill",
-            ["items.jsonl", "--generate", "2", "--resample-copies", "4", "--resample-ranking", "per-token"],
+            ["items.jsonl", "--generate", "2", "--resample-copies", "4", "--resample-ranking", "total"],
             "resampled_rate",
         ),
         ("probe", ["train.conll", "train.conll"], "accuracy"),
@@ -96,11 +96,13 @@ def test_each_task_writes_a_result_and_prints_its_table(model_dir, data, tmp_pat
     assert stored.table().splitlines()[0] in result.stdout
     if "--no-repeat-ngram" in arguments:
         assert stored.settings["no_repeat_ngram"] == 2
-    if task == "infill":  # the guards as the fills ran: an unset one at Magnet.infill's default (off)
-        assert stored.settings["resample_copies"] == (4 if "--resample-copies" in arguments else 0)
+    if task == "infill":  # the guards as the fills ran: an unset one at Magnet.infill's default
+        assert stored.settings["resample_copies"] == (4 if "--resample-copies" in arguments else 8)
+        assert stored.settings["no_repeat_ngram"] == (2 if "--no-repeat-ngram" in arguments else 4)
         assert stored.settings["copy_guard"] == 0
-        ranking = "per-token" if "--resample-ranking" in arguments else "total"
-        assert stored.settings["resample_ranking"] == ranking
+        assert stored.settings["resample_ranking"] == (
+            "total" if "--resample-ranking" in arguments else "per-token"
+        )
 
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl"])

@@ -59,10 +59,12 @@ def test_guarded_spans_hold_no_repeated_run_and_cache_equals_recompute(magnet):
 
 def test_infill_passes_the_guard_through(llama_magnet):
     text = "The cat [GAP] on the mat."
-    plain = llama_magnet.infill(text, max_new_tokens=16)
+    plain = llama_magnet.infill(text, max_new_tokens=16, no_repeat_ngram=0, resample_copies=0)
+    assert repeated_runs(plain.span_ids[0], 2) > 0  # the tiny model loops when nothing stops it
     guarded = llama_magnet.infill(text, max_new_tokens=16, no_repeat_ngram=2)
     assert repeated_runs(guarded.span_ids[0], 2) == 0
-    assert llama_magnet.infill(text, max_new_tokens=16, no_repeat_ngram=0) == plain
+    # The default guard: no run of 4 of the fill's own tokens comes back.
+    assert repeated_runs(llama_magnet.infill(text, max_new_tokens=16, resample_copies=0).span_ids[0], 4) == 0
     with pytest.raises(ValueError, match="no_repeat_ngram"):
         llama_magnet.infill(text, no_repeat_ngram=1)
 
@@ -158,6 +160,9 @@ def test_a_fill_loops_from_the_unit_that_completes_a_repeated_run():
 
 
 COPYING = "b b b b b b b b [GAP] b b b b b b"  # a tiny random model's greedy fill repeats " b"
+# The resampling tests read it alone: without the default loop guard, ranked as they name.
+PLAIN = {"no_repeat_ngram": 0, "resample_copies": 0}
+UNGUARDED = {"no_repeat_ngram": 0}
 
 
 def test_resample_copies_replaces_a_fill_that_copies_with_the_likeliest_that_does_not(llama_magnet):
@@ -166,18 +171,21 @@ def test_resample_copies_replaces_a_fill_that_copies_with_the_likeliest_that_doe
 
     magnet = llama_magnet
     segments = split_gaps(COPYING, "[GAP]")
-    plain = magnet.infill(COPYING, max_new_tokens=12)
+    plain = magnet.infill(COPYING, max_new_tokens=12, **PLAIN)
     assert copies_segments(plain.spans, segments) and not plain.resampled
-    fixed = magnet.infill(COPYING, max_new_tokens=12, resample_copies=8)
+    fixed = magnet.infill(
+        COPYING, max_new_tokens=12, resample_copies=8, resample_ranking="total", **UNGUARDED
+    )
     assert fixed.resampled and not copies_segments(fixed.spans, segments)
     assert fixed.candidates and fixed.candidates[0].spans == fixed.spans
     assert not any(copies_segments(c.spans, segments) for c in fixed.candidates)
     scores = [c.log_likelihood for c in fixed.candidates]
     assert scores == sorted(scores, reverse=True)
     # Unseeded, the samples are seeded 0: a greedy call stays reproducible.
-    assert magnet.infill(COPYING, max_new_tokens=12, resample_copies=8) == fixed
-    assert magnet.infill(COPYING, max_new_tokens=12, resample_copies=8, seed=0) == fixed
-    assert magnet.infill(COPYING, max_new_tokens=12, resample_copies=8, seed=5) != fixed
+    again = {"max_new_tokens": 12, "resample_copies": 8, "resample_ranking": "total", **UNGUARDED}
+    assert magnet.infill(COPYING, **again) == fixed
+    assert magnet.infill(COPYING, seed=0, **again) == fixed
+    assert magnet.infill(COPYING, seed=5, **again) != fixed
 
 
 def test_resample_copies_leaves_fills_that_do_not_copy_alone(llama_magnet):
@@ -185,8 +193,8 @@ def test_resample_copies_leaves_fills_that_do_not_copy_alone(llama_magnet):
     from magnetsdk.infilling import split_gaps
 
     texts = ["The cat [GAP] on the mat.", COPYING, "[GAP] is the capital of France."]
-    plain = llama_magnet.infill(texts, max_new_tokens=12)
-    fixed = llama_magnet.infill(texts, max_new_tokens=12, resample_copies=4)
+    plain = llama_magnet.infill(texts, max_new_tokens=12, **PLAIN)
+    fixed = llama_magnet.infill(texts, max_new_tokens=12, resample_copies=4, **UNGUARDED)
     for text, before, after in zip(texts, plain, fixed, strict=True):
         if copies_segments(before.spans, split_gaps(text, "[GAP]")):
             assert after.resampled
@@ -201,8 +209,12 @@ def test_per_token_resampling_ranks_whole_fills_by_their_mean(llama_magnet):
 
     magnet = llama_magnet
     segments = split_gaps(COPYING, "[GAP]")
-    total = magnet.infill(COPYING, max_new_tokens=12, resample_copies=8)
-    fixed = magnet.infill(COPYING, max_new_tokens=12, resample_copies=8, resample_ranking="per-token")
+    total = magnet.infill(
+        COPYING, max_new_tokens=12, resample_copies=8, resample_ranking="total", **UNGUARDED
+    )
+    fixed = magnet.infill(
+        COPYING, max_new_tokens=12, resample_copies=8, resample_ranking="per-token", **UNGUARDED
+    )
     assert fixed.resampled and not copies_segments(fixed.spans, segments)
     # The same eight samples: every fill ranked per token is one of them as decoded, while the
     # summed ranking also ranks their shorter cuts, so it holds at least as many.
@@ -231,5 +243,11 @@ def test_bad_resample_counts_are_refused_by_name(llama_magnet, count):
 def test_resampling_needs_a_sampling_temperature_and_says_how_to_turn_it_off(llama_magnet):
     with pytest.raises(ValueError, match=r"candidate_temperature=0 .* or resample_copies=0"):
         llama_magnet.infill("The cat [GAP] on the mat.", resample_copies=4, candidate_temperature=0)
+    # On by default, so a temperature of 0 is refused without resample_copies=4 being given.
+    with pytest.raises(ValueError, match=r"candidate_temperature=0 .* or resample_copies=0"):
+        llama_magnet.infill("The cat [GAP] on the mat.", candidate_temperature=0)
     # Off, the resampling settings are not used, so they are not checked either.
-    assert llama_magnet.infill("The cat [GAP] on the mat.", candidate_temperature=0, max_new_tokens=2).spans
+    off = llama_magnet.infill(
+        "The cat [GAP] on the mat.", candidate_temperature=0, resample_copies=0, max_new_tokens=2
+    )
+    assert off.spans

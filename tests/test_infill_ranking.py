@@ -74,11 +74,13 @@ def test_ranking_options_are_checked(llama_magnet):
     with pytest.raises(ValueError, match="candidates=True"):
         llama_magnet.infill(TEXT, candidates=True)
     with pytest.raises(ValueError, match="candidate_temperature=0 would make every sampled fill the greedy"):
-        llama_magnet.infill(TEXT, candidates=2, candidate_temperature=0)
+        llama_magnet.infill(TEXT, candidates=2, candidate_temperature=0, resample_copies=0)
     with pytest.raises(ValueError, match="top_p"):
         llama_magnet.infill(TEXT, candidates=2, candidate_top_p=0)
-    # With one candidate the candidate settings are not used, so they are not checked either.
-    assert llama_magnet.infill(TEXT, candidates=1, candidate_temperature=0, max_new_tokens=2).spans
+    # With one candidate and no resampling the candidate settings are not used, so they are not checked.
+    assert llama_magnet.infill(
+        TEXT, candidates=1, candidate_temperature=0, resample_copies=0, max_new_tokens=2
+    ).spans
 
 
 def test_word_f1():
