@@ -17,8 +17,11 @@ the reference both-sides perplexity must beat. Perplexity by position inside the
 ``generate`` items are also filled greedily in each layout: the share of spans closed within the
 budget, the share left empty (closed at once, or only whitespace), the share that copy a run of
 :data:`COPY_WORDS` words of either side, the share that loop (repeat a run of :data:`LOOP_UNITS` of
-their own words and marks; the true spans' own rate is ``gold_loop_rate``), and the mean word F1 of each fill against the true span
-(:func:`word_f1`; many fills are right without being the original, so it ranks, it does not grade).
+their own words and marks; the true spans' own rate is ``gold_loop_rate``), and the mean word F1
+of each fill against the true span (:func:`word_f1`; many fills are right without being the
+original, so it ranks, it does not grade). The fills use ``Magnet.infill``'s guards (a loop guard
+and copies resampled by default) unless the options set them: ``--no-repeat-ngram 0
+--resample-copies 0`` reads the model's plain greedy fills.
 ``candidates > 1`` fills them the way ``Magnet.infill(candidates=N, seed=0)`` does: ranked by the
 filled text's likelihood. ``line_breaks`` is ``Magnet.infill``'s rule (default ``"auto"``: the
 items are single lines, so their fills keep to the line); the share of fills that break a line is
