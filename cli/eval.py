@@ -20,6 +20,7 @@ from magnetsdk.cli.errors import fail
 from magnetsdk.cli.options import (
     candidates_option,
     copy_guard_option,
+    cut_unclosed_option,
     line_breaks_option,
     model_options,
     no_repeat_ngram_option,
@@ -311,6 +312,7 @@ def repetition(
 @resample_copies_option
 @resample_ranking_option
 @pool_stops_option
+@cut_unclosed_option
 @_common
 def infill(
     file,
@@ -325,6 +327,7 @@ def infill(
     resample_copies,
     resample_ranking,
     pool_stops,
+    cut_unclosed,
     limit,
     output,
     fmt,
@@ -358,6 +361,7 @@ def infill(
             resample_copies=resample_copies,
             resample_ranking=resample_ranking,
             pool_stops=pool_stops,
+            cut_unclosed=cut_unclosed,
         ),
     )
 

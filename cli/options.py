@@ -94,6 +94,14 @@ pool_stops_option = click.option(
     "[default: Magnet.infill's].",
 )
 
+# ``Magnet.infill(cut_unclosed=...)``.
+cut_unclosed_option = click.option(
+    "--cut-unclosed/--no-cut-unclosed",
+    default=None,
+    help="Cut a fill that used the whole token budget without closing after its last whole sentence "
+    "[default: Magnet.infill's].",
+)
+
 
 def check_device(device: str) -> None:
     """Refuse a device that does not exist here before anything is loaded."""

@@ -10,6 +10,7 @@ from magnetsdk.cli.inputs import gather_texts
 from magnetsdk.cli.options import (
     candidates_option,
     copy_guard_option,
+    cut_unclosed_option,
     line_breaks_option,
     model_options,
     no_repeat_ngram_option,
@@ -128,6 +129,7 @@ def encode(
 @resample_copies_option
 @resample_ranking_option
 @pool_stops_option
+@cut_unclosed_option
 @_FORMAT
 def infill(
     texts,
@@ -150,6 +152,7 @@ def infill(
     resample_copies,
     resample_ranking,
     pool_stops,
+    cut_unclosed,
     fmt,
 ):
     """Fill the gaps marked in each text (default marker: [GAP]) using both sides."""
@@ -178,6 +181,7 @@ def infill(
                 resample_copies=resample_copies,
                 resample_ranking=resample_ranking,
                 pool_stops=pool_stops,
+                cut_unclosed=cut_unclosed,
             ),
         )
     except (TypeError, ValueError) as error:

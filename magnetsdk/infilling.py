@@ -6,8 +6,8 @@ a time from that cache by :func:`magnetsdk.decoding.decode`. No context token at
 token in any layout, so the cached context is exactly what a full recompute would produce at every
 step; ``use_cache=False`` runs that recompute and is the reference the tests compare against.
 
-This module owns the span state machine (END closes a span, SPAN opens the next one where the
-layout has it); the decode loop, sampling and seeding are :mod:`magnetsdk.decoding`'s.
+It owns the span state machine (END closes a span, SPAN opens one where the layout has it); the
+decode loop, sampling and seeding are :mod:`magnetsdk.decoding`'s.
 
 Ranking (``Magnet.infill(candidates=N)``): a fill decoded left to right reads the right side but
 commits to each token before it knows how the sentence will meet that side. With several
@@ -90,10 +90,10 @@ class InfillResult:
     candidates: list[InfillCandidate] = field(repr=False, default_factory=list)
     # With resample_copies=N: whether the decoded fill copied its text and a sampled one replaced it.
     resampled: bool = False
+    cut: list[bool] = field(default_factory=list)  # with cut_unclosed: each gap cut (magnetsdk.unclosed)
 
 
-# How much of the filled texts ranking reads: up to RANK_CONTEXT tokens before the first token
-# where the candidates differ, and RANK_AFTER tokens of the text they all share after that.
+# Ranking reads RANK_CONTEXT tokens before the candidates' first difference, RANK_AFTER of the shared text after.
 RANK_CONTEXT = 64
 RANK_AFTER = 32
 

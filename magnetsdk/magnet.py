@@ -67,6 +67,7 @@ from magnetsdk.loading import (
     pick_dtype,
     resolve,
 )
+from magnetsdk.unclosed import cut_unclosed as cut_unclosed_fills
 
 if TYPE_CHECKING:  # magnetsdk.index imports faiss; Magnet only calls an index it is given
     from magnetsdk.index import Index
@@ -391,6 +392,7 @@ class Magnet:
         candidate_temperature: float = 0.8,
         candidate_top_p: float = 0.95,
         line_breaks: str = "auto",
+        cut_unclosed: bool = False,
     ) -> InfillResult | list[InfillResult]:
         """Fill each ``gap_marker`` in ``text`` (or the gap between ``left`` and ``right``).
 
@@ -427,6 +429,9 @@ class Magnet:
 
         ``line_breaks``: ``"auto"`` lets a text's fills break a line only when the text holds a line
         break itself (a gap inside a line is filled within it); ``"allow"`` always, ``"forbid"`` never.
+
+        ``cut_unclosed=True`` cuts a fill that reached ``max_new_tokens`` without closing after its
+        last whole sentence, when it holds one (:mod:`magnetsdk.unclosed`; ``InfillResult.cut``).
         """
         if text is None:
             if left is None and right is None:
@@ -457,6 +462,8 @@ class Magnet:
         chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
         pieces, spaces = zip(*(move_spaces_into_gaps(split_gaps(t, gap_marker)) for t in texts), strict=True)
         check_line_breaks(line_breaks)
+        if not isinstance(cut_unclosed, bool):
+            raise ValueError(f"cut_unclosed={cut_unclosed!r} must be True or False")
 
         def fill(
             rows: list[list[list[int]]], kept: list[frozenset[int]], how: Sampling, first: int
@@ -525,6 +532,8 @@ class Magnet:
                         )
                         if better is not None:
                             result = replace(better, resampled=True)
+                    if cut_unclosed:
+                        result = cut_unclosed_fills(result, segments, max_new_tokens, self.tokenizer)
                     results.append(result)
         return results[0] if single else results
 

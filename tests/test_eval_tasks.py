@@ -28,6 +28,7 @@ from magnetsdk.eval.scoring import ScoredSequence, target_nll
 from magnetsdk.forward import attn_implementation
 from magnetsdk.layout import infill_layout
 from magnetsdk.testing import tiny_magnet
+from magnetsdk.unclosed import ends_inside_a_sentence
 
 ITEMS = [
     InfillItem("The cat sat on the mat.", " The dog runs in the park.", " Rain fell on the roof."),
@@ -133,6 +134,10 @@ def test_evaluate_infill_reports_both_perplexities(base, tmp_path):
     assert 0.0 <= result.figures["closed_rate"] <= 1.0 and 0.0 <= result.figures["empty_rate"] <= 1.0
     assert result.figures["loop_rate"] == np.mean([loops(i["generated"]) for i in infills])
     assert [i["loops"] for i in infills] == [loops(i["generated"]) for i in infills]
+    assert result.figures["fragment_rate"] == np.mean(
+        [ends_inside_a_sentence(i["generated"]) for i in infills]
+    )
+    assert result.figures["cut_rate"] == 0.0 and not any(i["cut"] for i in infills)  # not asked to cut
     assert result.figures["gold_loop_rate"] == np.mean([loops(i.span) for i in ITEMS[:2]])
     assert result.data[0]["sha256"] and result.model["model"] == "tiny-llama"
     assert read_infill_items(path, limit=1) == ITEMS[:1]

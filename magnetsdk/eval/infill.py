@@ -45,6 +45,7 @@ from magnetsdk.eval.scoring import ScoredSequence, perplexity, target_nll
 from magnetsdk.infilling import given_guards, has_line_break
 from magnetsdk.layout import InfillLayout, infill_layout, lay_out
 from magnetsdk.records import jsonl_rows, read_text
+from magnetsdk.unclosed import ends_inside_a_sentence
 
 # Span positions (1-based) grouped for the by-position perplexity: 1, 2, 3-4, 5-8, 9-16, 17+.
 POSITION_BUCKETS = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, None))
@@ -159,6 +160,7 @@ def evaluate_infill(
     resample_copies: int | None = None,
     resample_ranking: str | None = None,
     pool_stops: bool | None = None,
+    cut_unclosed: bool | None = None,
 ) -> EvalResult:
     """Span perplexity with both sides in each layout (default: the model's own), the shuffled-right
     control, and the left side only; optionally greedy fills of the first ``generate`` items."""
@@ -246,9 +248,13 @@ def evaluate_infill(
                     resample_copies=resample_copies,
                     resample_ranking=resample_ranking,
                     pool_stops=pool_stops,
+                    cut_unclosed=cut_unclosed,
                 ),
             )
-            closed = [len(r.span_ids[0]) < max_new_tokens for r in filled]
+            cut = [bool(r.cut and r.cut[0]) for r in filled]
+            # Closed: the model ended the span itself (a fill cut_unclosed cut did not).
+            closed = [len(r.span_ids[0]) < max_new_tokens and not c for r, c in zip(filled, cut, strict=True)]
+            fragments = [ends_inside_a_sentence(r.spans[0]) for r in filled]
             empty = [not r.spans[0].strip() for r in filled]
             broken = [has_line_break(r.spans[0]) for r in filled]
             copied = [
@@ -262,6 +268,8 @@ def evaluate_infill(
             figures[f"closed_rate[{layout.name}]"] = float(np.mean(closed))
             figures[f"copy_rate[{layout.name}]"] = float(np.mean(copied))
             figures[f"loop_rate[{layout.name}]"] = float(np.mean(looped))
+            figures[f"fragment_rate[{layout.name}]"] = float(np.mean(fragments))
+            figures[f"cut_rate[{layout.name}]"] = float(np.mean(cut))
             figures[f"empty_rate[{layout.name}]"] = float(np.mean(empty))
             figures[f"line_break_rate[{layout.name}]"] = float(np.mean(broken))
             details["infills"][layout.name] = [
@@ -273,6 +281,7 @@ def evaluate_infill(
                     "closed": c,
                     "copies": k,
                     "loops": o,
+                    "cut": bool(r.cut and r.cut[0]),
                     "gold_f1": f,
                     "resampled": r.resampled,
                 }
@@ -284,6 +293,8 @@ def evaluate_infill(
             figures["closed_rate"] = figures[f"closed_rate[{chosen[0].name}]"]
             figures["copy_rate"] = figures[f"copy_rate[{chosen[0].name}]"]
             figures["loop_rate"] = figures[f"loop_rate[{chosen[0].name}]"]
+            figures["fragment_rate"] = figures[f"fragment_rate[{chosen[0].name}]"]
+            figures["cut_rate"] = figures[f"cut_rate[{chosen[0].name}]"]
             figures["empty_rate"] = figures[f"empty_rate[{chosen[0].name}]"]
             figures["line_break_rate"] = figures[f"line_break_rate[{chosen[0].name}]"]
             figures["gold_f1"] = figures[f"gold_f1[{chosen[0].name}]"]
@@ -325,6 +336,7 @@ def evaluate_infill(
                     ("resample_copies", resample_copies),
                     ("resample_ranking", resample_ranking),
                     ("pool_stops", pool_stops),
+                    ("cut_unclosed", cut_unclosed),
                 )
             },
             "layouts": [layout.name for layout in chosen],
