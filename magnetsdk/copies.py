@@ -87,6 +87,8 @@ RESAMPLE_RANKINGS = ("total", "per-token")
 DEFAULT_NO_REPEAT_NGRAM = 4
 DEFAULT_RESAMPLE_COPIES = 8
 DEFAULT_RESAMPLE_RANKING = "per-token"
+# ``Magnet.infill(cut_unclosed=...)`` (benchmarks/results/sentence-cut-2026-12-07/rule.md).
+DEFAULT_CUT_UNCLOSED = True
 
 
 def check_resample_ranking(ranking: str) -> None:

@@ -34,6 +34,7 @@ from magnetsdk.checks import (
 from magnetsdk.config import MagnetConfig, Pooling, choice
 from magnetsdk.context_cache import ContextCache
 from magnetsdk.copies import (
+    DEFAULT_CUT_UNCLOSED,
     DEFAULT_NO_REPEAT_NGRAM,
     DEFAULT_RESAMPLE_COPIES,
     DEFAULT_RESAMPLE_RANKING,
@@ -392,7 +393,7 @@ class Magnet:
         candidate_temperature: float = 0.8,
         candidate_top_p: float = 0.95,
         line_breaks: str = "auto",
-        cut_unclosed: bool = False,
+        cut_unclosed: bool = DEFAULT_CUT_UNCLOSED,
     ) -> InfillResult | list[InfillResult]:
         """Fill each ``gap_marker`` in ``text`` (or the gap between ``left`` and ``right``).
 
@@ -430,8 +431,9 @@ class Magnet:
         ``line_breaks``: ``"auto"`` lets a text's fills break a line only when the text holds a line
         break itself (a gap inside a line is filled within it); ``"allow"`` always, ``"forbid"`` never.
 
-        ``cut_unclosed=True`` cuts a fill that reached ``max_new_tokens`` without closing after its
-        last whole sentence, when it holds one (:mod:`magnetsdk.unclosed`; ``InfillResult.cut``).
+        ``cut_unclosed=True`` (the default) cuts a fill that reached ``max_new_tokens`` without
+        closing after its last whole sentence, when it holds one (:mod:`magnetsdk.unclosed`;
+        ``InfillResult.cut``); ``False`` returns the fill as decoded.
         """
         if text is None:
             if left is None and right is None:

@@ -2,7 +2,8 @@
 
 A greedy fill of a missing sentence that has not closed by ``max_new_tokens`` stops wherever the
 budget runs out, often mid-word ("... and a 30-10 victory over the 1999 <"). With
-``Magnet.infill(cut_unclosed=True)`` such a fill is cut after its last sentence end (".", "!" or
+``Magnet.infill(cut_unclosed=True)``, the default since it was measured (docs/results.md,
+"Fills that end inside a sentence"), such a fill is cut after its last sentence end (".", "!" or
 "?" followed by a space, a closing quote or bracket allowed between) when it holds one. A fill
 without one, and every fill the model closed, is left as it is. ``InfillResult.cut`` says which
 gaps were cut; their ``span_ids`` are the cut text's tokens. Nothing that is scored changes.

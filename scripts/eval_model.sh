@@ -11,9 +11,10 @@
 # filled; build_infill_set.py --items 500 --lines 1-500) and (scripts/sscl_sweep.sh) the even rows of sts-heldout;
 # sts-heldout (every 6th STS-B train row), its odd rows sts-heldout-report, infill-test
 # (wiki.valid lines 501-1000) and the retrieval set (lines 1-500) are reported, never selected on.
-# The infill tasks read the model's plain fills (no loop guard, no resampling), so that a phase is
+# The infill tasks read the model's plain fills (no loop guard, no resampling, no cut), so that a phase is
 # compared with the phases before it as they were measured; the *-defaults tasks fill with
-# Magnet.infill's defaults (loop guard, copies resampled: docs/results.md, "Loops in fills").
+# Magnet.infill's defaults (loop guard, copies resampled, unclosed fills cut: docs/results.md,
+# "Loops in fills" and "Fills that end inside a sentence").
 # Data: runs/data from scripts/train_default.sh (prepare_training_data.py --holdout-lines 1000),
 # scripts/build_infill_set.py and scripts/build_retrieval_set.py (see docs/results.md).
 set -euo pipefail
@@ -29,7 +30,7 @@ mkdir -p runs/eval runs/logs
 [[ -f runs/data/sts-heldout-report.csv ]] || "${PY:-.venv/bin/python}" scripts/build_heldout_sts.py --halves runs/data/sts-heldout.csv
 repetition=(repetition "$W" --limit 100 --prefix-tokens 32 --new-tokens 128 --top-p 0.9 --temperature 1.0
   --seed 0 --batch-size 16 --judge default-base)
-infill=(--layout spm --generate 40 --max-new-tokens 48 --batch-size 8 --no-repeat-ngram 0 --resample-copies 0)
+infill=(--layout spm --generate 40 --max-new-tokens 48 --batch-size 8 --no-repeat-ngram 0 --resample-copies 0 --no-cut-unclosed)
 defaults=(--layout spm --generate 1000 --max-new-tokens 48 --batch-size 8)
 for task in $TASKS; do
   case $task in

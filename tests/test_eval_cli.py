@@ -77,7 +77,7 @@ def run(*args: str):
         ),
         (
             "infill",
-            ["items.jsonl", "--generate", "2", "--max-new-tokens", "6", "--cut-unclosed"],
+            ["items.jsonl", "--generate", "2", "--max-new-tokens", "6", "--no-cut-unclosed"],
             "cut_rate",
         ),
         (
@@ -105,7 +105,7 @@ def test_each_task_writes_a_result_and_prints_its_table(model_dir, data, tmp_pat
         assert stored.settings["resample_copies"] == (4 if "--resample-copies" in arguments else 8)
         assert stored.settings["no_repeat_ngram"] == (2 if "--no-repeat-ngram" in arguments else 4)
         assert stored.settings["copy_guard"] == 0
-        assert stored.settings["cut_unclosed"] == ("--cut-unclosed" in arguments)
+        assert stored.settings["cut_unclosed"] == ("--no-cut-unclosed" not in arguments)
         assert stored.settings["resample_ranking"] == (
             "total" if "--resample-ranking" in arguments else "per-token"
         )

@@ -46,10 +46,10 @@ def test_only_fills_that_used_the_budget_are_cut_and_the_text_is_rebuilt():
     assert kept.spans == [" x y z"] and kept.cut == [False]
 
 
-def test_infill_cuts_only_when_asked_and_checks_the_option(llama_magnet):
+def test_infill_cuts_by_default_and_checks_the_option(llama_magnet):
     text = "The cat [GAP] on the mat."
-    plain = llama_magnet.infill(text, max_new_tokens=12)
-    cut = llama_magnet.infill(text, max_new_tokens=12, cut_unclosed=True)
+    plain = llama_magnet.infill(text, max_new_tokens=12, cut_unclosed=False)
+    cut = llama_magnet.infill(text, max_new_tokens=12)  # cut by default
     assert plain.cut == [] and len(cut.cut) == 1
     if cut.cut[0]:
         assert plain.spans[0].startswith(cut.spans[0]) and not ends_inside_a_sentence(cut.spans[0])
