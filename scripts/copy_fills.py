@@ -15,7 +15,8 @@ that completes such a repeat is avoided as well. ``TrainConfig.copy_fills`` read
 fill before it, is pushed down by an unlikelihood term (``copy_ul_weight``).
 
     magnet eval infill runs/data/infill-train-mine.jsonl --layout spm --generate 1000 \\
-        --max-new-tokens 48 --batch-size 8 --model default -o runs/eval/p32-mine.json
+        --max-new-tokens 48 --batch-size 8 --model default -o runs/eval/p32-mine.json \\
+        --no-repeat-ngram 0 --resample-copies 0 --no-cut-unclosed   # the model's own, unguarded fills
     python scripts/copy_fills.py runs/eval/p32-mine.json -o runs/data/copy_fills.jsonl
     python scripts/copy_fills.py runs/eval/p32-mine.json --loops -o runs/data/copy_loop_fills.jsonl
 """
