@@ -19,9 +19,9 @@ budget, the share left empty (closed at once, or only whitespace), the share tha
 :data:`COPY_WORDS` words of either side, the share that loop (repeat a run of :data:`LOOP_UNITS` of
 their own words and marks; the true spans' own rate is ``gold_loop_rate``), and the mean word F1
 of each fill against the true span (:func:`word_f1`; many fills are right without being the
-original, so it ranks, it does not grade). The fills use ``Magnet.infill``'s guards (a loop guard
-and copies resampled by default) unless the options set them: ``--no-repeat-ngram 0
---resample-copies 0`` reads the model's plain greedy fills.
+original, so it ranks, it does not grade). The fills use ``Magnet.infill``'s defaults (a loop
+guard, copies resampled, unclosed fills cut at a sentence end) unless the options set them:
+``--no-repeat-ngram 0 --resample-copies 0 --no-cut-unclosed`` reads the model's plain greedy fills.
 ``candidates > 1`` fills them the way ``Magnet.infill(candidates=N, seed=0)`` does: ranked by the
 filled text's likelihood. ``line_breaks`` is ``Magnet.infill``'s rule (default ``"auto"``: the
 items are single lines, so their fills keep to the line); the share of fills that break a line is
@@ -281,11 +281,13 @@ def evaluate_infill(
                     "closed": c,
                     "copies": k,
                     "loops": o,
-                    "cut": bool(r.cut and r.cut[0]),
+                    "cut": x,
                     "gold_f1": f,
                     "resampled": r.resampled,
                 }
-                for i, r, c, k, o, f in zip(picked, filled, closed, copied, looped, overlap, strict=True)
+                for i, r, c, k, o, x, f in zip(
+                    picked, filled, closed, copied, looped, cut, overlap, strict=True
+                )
             ]
         # The true spans' own loops: the rate a fill as repetitive as the text would show.
         figures["gold_loop_rate"] = float(np.mean([loops(i.span) for i in picked]))
