@@ -29,6 +29,18 @@ def sts_figures(dev: float, even_rows: float) -> dict[str, dict]:
     return {task: {f"{task}.spearman": value} for task, value in pairs}
 
 
+def dev_fills(copies: int, closed: int, gold_f1: float, both_over_left: float) -> dict[str, float]:
+    """The infill-dev-all figures the rules of phases 34 on read: counts of 149 fills, the share,
+    and another item's right side 1.07x worse."""
+    return {
+        "copy_rate": copies / 149,
+        "closed_rate": closed / 149,
+        "gold_f1": gold_f1,
+        "both_over_left": both_over_left,
+        "shuffled_over_both[spm]": 1.07,
+    }
+
+
 @pytest.fixture
 def rule_table(repo_script):
     return repo_script("benchmarks/rule_table.py")
@@ -134,8 +146,7 @@ def test_phase_32_holds_every_item_and_phase_33_fails_its_two(rule_table):
 
 def test_phase_34_asks_for_the_issues_copy_rate_with_respellings_and_word_f1_kept(tmp_path, rule_table):
     # Copies at 14 of 149 (the issue's 10 %), but two more fills respell a name and F1 fell 0.006.
-    figures = {"copy_rate": 14 / 149, "closed_rate": 78 / 149, "gold_f1": 0.2034, "both_over_left": 0.94}
-    figures["shuffled_over_both[spm]"] = 1.07
+    figures = dev_fills(copies=14, closed=78, gold_f1=0.2034, both_over_left=0.94)
     folder = phase_folder(tmp_path, "p34", {"infill-dev-all": figures, "respelt-dev-all": {"respelt": 4}})
     rows = rule_table.table(folder)
     found = verdicts(rows)
@@ -156,8 +167,7 @@ def test_phase_34_fails_only_its_copies_and_phase_35_holds_every_item(rule_table
 
 def test_phase_36_asks_for_the_share_against_phase_35_with_its_fills_kept(tmp_path, rule_table):
     # The share 0.011 past phase 35's, but the copies back at phase 32's 24 of 149.
-    figures = {"copy_rate": 24 / 149, "closed_rate": 80 / 149, "gold_f1": 0.2125, "both_over_left": 0.9307}
-    figures["shuffled_over_both[spm]"] = 1.07
+    figures = dev_fills(copies=24, closed=80, gold_f1=0.2125, both_over_left=0.9307)
     folder = phase_folder(tmp_path, "p36", {"infill-dev-all": figures, "respelt-dev-all": {"respelt": 2}})
     rows = rule_table.table(folder)
     found = verdicts(rows)
@@ -173,8 +183,7 @@ def test_phase_36_fails_only_the_share_it_asked_for(rule_table):
 
 
 def test_phase_37_asks_for_fewer_looping_fills_with_phase_35s_fills_and_share_kept(tmp_path, rule_table):
-    figures = {"copy_rate": 13 / 149, "closed_rate": 90 / 149, "gold_f1": 0.2125, "both_over_left": 0.9470}
-    figures["shuffled_over_both[spm]"] = 1.07
+    figures = dev_fills(copies=13, closed=90, gold_f1=0.2125, both_over_left=0.9470)
     results = {"infill-dev-all": figures, "respelt-dev-all": {"respelt": 0}, "loops-dev-all": {"loops": 61}}
     found = verdicts(rule_table.table(phase_folder(tmp_path, "p37", results)))
     assert found["infill dev-all looping fills"] == "holds"
