@@ -16,8 +16,10 @@ phase 33 is judged against phase 32 and asks for phase 27's share back with both
 phase 34 asks for dev copies at the issue's 10 % with closure, word F1 and respellings kept, and
 phase 35 (the same copy term weighted 5.0) is read by phase 34's rule; phase 36 is judged against
 phase 35 and asks for the right side's share 0.01 past phase 35's with its fills kept; phase 37 is
-judged against phase 35 and asks for a quarter fewer looping dev fills with the rest kept. A result
-file that is not there yet prints as "(not yet)".
+judged against phase 35 and asks for a quarter fewer looping dev fills with the rest kept; phase 38
+is phase 35 trained in `spm-joined`, judged against phase 35 as served in `spm`, and asks for phase
+36's share item with no more loops. A result file that is not there yet prints as "(not yet)"; a
+figure the baseline does not have (a key of another layout) prints as "-".
 """
 
 from __future__ import annotations
@@ -115,6 +117,17 @@ FILLS_P37 = [("infill dev-all looping fills", "loops-dev-all", "loops", "<=", 61
 QUALITY_P37 = with_threshold(QUALITY_P34, "infill dev-all both/left", 0.9467)
 
 
+def with_key(items: list, label: str, key: str) -> list:
+    """``items`` with the figure key of the item ``label`` replaced (the same figure in another layout)."""
+    return [(name, task, key if name == label else k, op, limit) for name, task, k, op, limit in items]
+
+
+# Phase 38 (phase 35 trained in spm-joined, against phase 35 served in spm): phase 36's share item
+# (0.9317) read in spm-joined, no more looping dev fills than phase 35's 82, phase 36's fill items.
+FILLS_P38 = [("infill dev-all looping fills", "loops-dev-all", "loops", "<=", 82), *FILLS_P36]
+QUALITY_P38 = with_key(QUALITY_P36, "infill dev-all shuffled/both", "shuffled_over_both[spm-joined]")
+
+
 class Rule(NamedTuple):
     baseline: str  # the phase the figures are compared with, e.g. "p11"
     baseline_files: str  # its result files, a pattern with {} for the eval task
@@ -142,7 +155,9 @@ def rule_for(phase: int) -> Rule:
         return Rule("p10", str(RESULTS / "p10-2026-12-03" / "p10fp32-{}.json"), QUALITY_P11, False)
     if phase == 14:
         return Rule("p11", P11, QUALITY, True)
-    if phase >= 37:
+    if phase >= 38:
+        return Rule("p35", P35, FILLS_P38 + QUALITY_P38, True, STS_GAP_P30)
+    if phase == 37:
         return Rule("p35", P35, FILLS_P37 + QUALITY_P37, True, STS_GAP_P30)
     if phase == 36:
         return Rule("p35", P35, FILLS_P36 + QUALITY_P36, True, STS_GAP_P30)
@@ -168,7 +183,8 @@ def figure(pattern: str, task: str, key: str) -> float | None:
     if not path.exists():
         return None
     scale = 100 if "rep4" in key else 1
-    return json.loads(path.read_text())["figures"][key] * scale
+    value = json.loads(path.read_text())["figures"].get(key)
+    return None if value is None else value * scale
 
 
 def verdict(holds: bool) -> str:
@@ -223,13 +239,14 @@ def table(folder: Path) -> list[str]:
 
 
 def item_row(
-    label: str, baseline: str, old: float, name: str, new: float | None, op: str, threshold: float
+    label: str, baseline: str, old: float | None, name: str, new: float | None, op: str, threshold: float
 ) -> str:
     """One item: the baseline's figure, this phase's, and whether it holds ("(not yet)" without it)."""
+    shown = "       -" if old is None else f"{old:8.4f}"
     if new is None:
-        return f"{label:32} {baseline} {old:8.4f}  {name} (not yet)"
+        return f"{label:32} {baseline} {shown}  {name} (not yet)"
     holds = new >= threshold if op == ">=" else new <= threshold
-    return f"{label:32} {baseline} {old:8.4f}  {name} {new:8.4f}  {op} {threshold}: {verdict(holds)}"
+    return f"{label:32} {baseline} {shown}  {name} {new:8.4f}  {op} {threshold}: {verdict(holds)}"
 
 
 def sts_gap(pattern: str) -> float | None:

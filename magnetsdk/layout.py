@@ -17,7 +17,12 @@ span continues the left side directly and has read the right side before it)::
 With several gaps the suffix is every segment after the first gap, later gaps as GAP tokens:
 ``seg1 GAP seg2 ... GAP seg_g GAP seg0 | s1 .. END t1 .. END``. Variants: ``-span`` opens each span
 with SPAN (a role token), ``spm-bidirectional`` reads the rotated context bidirectionally, ``psm``
-keeps the text order but reads it causally, ``magnet-plain`` is ``magnet`` without SPAN.
+keeps the text order but reads it causally, ``magnet-plain`` is ``magnet`` without SPAN, and
+``spm-joined`` drops the GAP where the text wraps, so the left side follows the suffix as running
+text (``BOS right left | s1 ... END``; the GAP stays when the left side is empty, so a gap at the
+text's start still reads as one)::
+
+    BOS right left | s1 s2 ... END
 
 - The context never depends on the span lengths (a caller does not know them), so its keys and
   values are computed once and reused while the spans are decoded, in every layout.
@@ -122,6 +127,10 @@ class InfillLayout:
     bidirectional_context: bool  # context tokens attend to all context (else everything is causal)
     span_token: bool  # each span is opened by the SPAN role token
     description: str = ""
+    # Under ``suffix_first``: whether a GAP token marks where the rotated text wraps round to the
+    # text before the first gap. Without it the left side follows the suffix directly, and GAP is
+    # written there only when the left side is empty (a gap at the text's start).
+    wrap_token: bool = True
 
     @property
     def mode(self) -> str:
@@ -136,6 +145,9 @@ INFILL_LAYOUTS: dict[str, InfillLayout] = {
         InfillLayout("magnet", False, True, True, "text order, bidirectional context, SPAN opens each span"),
         InfillLayout("magnet-plain", False, True, False, "text order, bidirectional context, no SPAN token"),
         InfillLayout("spm", True, False, False, "suffix first, all causal, no SPAN token"),
+        InfillLayout(
+            "spm-joined", True, False, False, "suffix first, all causal, no GAP before the left side", False
+        ),
         InfillLayout("spm-span", True, False, True, "suffix first, all causal, SPAN opens each span"),
         InfillLayout("spm-bidirectional", True, True, False, "suffix first, bidirectional context"),
         InfillLayout("spm-bidirectional-span", True, True, True, "suffix first, bidirectional context, SPAN"),
@@ -216,7 +228,8 @@ def lay_out(
     context: list[int] = list(prefix or [])
     segment_positions: list[list[int]] = [[] for _ in segments]
     for k, index in enumerate(order):
-        if k:
+        wraps = layout.suffix_first and index == 0
+        if k and (not wraps or layout.wrap_token or not segments[0]):
             context.append(tokens.gap_id)
         segment_positions[index] = list(range(len(context), len(context) + len(segments[index])))
         context.extend(segments[index])

@@ -15,6 +15,8 @@
 # compared with the phases before it as they were measured; the *-defaults tasks fill with
 # Magnet.infill's defaults (loop guard, copies resampled, unclosed fills cut: docs/results.md,
 # "Loops in fills" and "Fills that end inside a sentence").
+# The infill tasks fill in LAYOUT (default spm, the layout every phase up to 37 was measured in;
+# LAYOUT=spm-joined for a model served in it).
 # Data: runs/data from scripts/train_default.sh (prepare_training_data.py --holdout-lines 1000),
 # scripts/build_infill_set.py and scripts/build_retrieval_set.py (see docs/results.md).
 set -euo pipefail
@@ -30,8 +32,9 @@ mkdir -p runs/eval runs/logs
 [[ -f runs/data/sts-heldout-report.csv ]] || "${PY:-.venv/bin/python}" scripts/build_heldout_sts.py --halves runs/data/sts-heldout.csv
 repetition=(repetition "$W" --limit 100 --prefix-tokens 32 --new-tokens 128 --top-p 0.9 --temperature 1.0
   --seed 0 --batch-size 16 --judge default-base)
-infill=(--layout spm --generate 40 --max-new-tokens 48 --batch-size 8 --no-repeat-ngram 0 --resample-copies 0 --no-cut-unclosed)
-defaults=(--layout spm --generate 1000 --max-new-tokens 48 --batch-size 8)
+LAYOUT=${LAYOUT:-spm}
+infill=(--layout "$LAYOUT" --generate 40 --max-new-tokens 48 --batch-size 8 --no-repeat-ngram 0 --resample-copies 0 --no-cut-unclosed)
+defaults=(--layout "$LAYOUT" --generate 1000 --max-new-tokens 48 --batch-size 8)
 for task in $TASKS; do
   case $task in
     sts-dev) args=(sts "$S") ;;

@@ -40,6 +40,23 @@ def test_several_spans_follow_the_gap_order():
     assert laid.input_ids[laid.context_length :] == [92, 10, 93, 92, 20, 21, 93]
 
 
+def test_spm_joined_drops_only_the_gap_where_the_text_wraps():
+    def ids(segments, layout, spans=None):
+        return lay_out(segments, TOKENS, spans=spans, prefix=[7], layout=layout).input_ids
+
+    # One gap: spm writes GAP between the right side and the left side; spm-joined does not.
+    assert ids([[1, 2], [3, 4]], "spm", [[10]]) == [7, 3, 4, 91, 1, 2, 10, 93]
+    assert ids([[1, 2], [3, 4]], "spm-joined", [[10]]) == [7, 3, 4, 1, 2, 10, 93]
+    # A gap at the text's start keeps its GAP (else the span would read as continuing the right side).
+    assert ids([[], [3, 4]], "spm-joined") == [7, 3, 4, 91]
+    # A gap at the text's end: the context is the left side alone, as in plain continuation.
+    assert ids([[1, 2], []], "spm-joined") == [7, 1, 2]
+    # Later gaps of a multi-gap text keep their GAP; the segment positions still find every token.
+    laid = lay_out([[1], [2], [3]], TOKENS, spans=[[10], [20]], prefix=[7], layout="spm-joined")
+    assert laid.input_ids == [7, 2, 91, 3, 1, 10, 93, 20, 93]
+    assert [[laid.input_ids[p] for p in positions] for positions in laid.segment_positions] == [[1], [2], [3]]
+
+
 def test_span_count_must_match_gaps():
     with pytest.raises(ValueError, match="2 gaps need 2 spans"):
         lay_out([[1], [2], [3]], TOKENS, spans=[[10]])
