@@ -4,8 +4,11 @@ A greedy fill of a missing sentence that has not closed by ``max_new_tokens`` st
 budget runs out, often mid-word ("... and a 30-10 victory over the 1999 <"). With
 ``Magnet.infill(cut_unclosed=True)``, the default since it was measured (docs/results.md,
 "Fills that end inside a sentence"), such a fill is cut after its last sentence end (".", "!" or
-"?" followed by a space, a closing quote or bracket allowed between) when it holds one. A fill
-without one, and every fill the model closed, is left as it is. ``InfillResult.cut`` says which
+"?" followed by a space, a closing quote or bracket allowed between) when it holds one. A full stop
+after a title or an initial ("Mr.", "Dr.", "J.") is not a sentence end, and a double quote after a
+sentence end counts as closing only when the fill opened one before it (an even count of quotes
+before it means it opens the next sentence: ' won . " Then' is cut after "won ."). A fill without a
+sentence end, and every fill the model closed, is left as it is. ``InfillResult.cut`` says which
 gaps were cut; their ``span_ids`` are the cut text's tokens. Nothing that is scored changes.
 """
 
@@ -20,18 +23,51 @@ from magnetsdk.infilling import InfillResult, join_filled
 # A sentence end: ".", "!" or "?", then any closing quotes or brackets (WikiText spaces them:
 # ' " yes . " '), then a space.
 _CLOSERS = r"(?:\s*[\"')\]])*"
-_SENTENCE_END = re.compile(r"[.!?]" + _CLOSERS + r"(?= )")
+_SENTENCE_END = re.compile(r"[.!?]" + _CLOSERS + r"(?= |$)")
+# Words whose full stop abbreviates them (titles before a name, and a few that stand inside a
+# sentence); a single capital letter other than "I" is an initial.
+ABBREVIATIONS = frozenset(
+    "Mr Mrs Ms Dr St Jr Sr Prof Gen Col Lt Capt Sgt Rev Mt Gov Sen Rep Fr Hon Bros vs No Nos Vol".split()
+)
+_WORD_BEFORE = re.compile(r"(?:^|[\s(\"'])([A-Za-z]+)$")
+
+
+def abbreviates(text: str) -> bool:
+    """Whether the full stop right after ``text`` abbreviates its last word ("Mr", "J")."""
+    found = _WORD_BEFORE.search(text)
+    if found is None:
+        return False
+    word = found.group(1)
+    return word in ABBREVIATIONS or (len(word) == 1 and word.isupper() and word != "I")
+
+
+def sentence_ends(span: str) -> list[int]:
+    """Where ``span`` could be cut after a whole sentence: after each sentence end, its closing quotes
+    and brackets included, an opening double quote left out."""
+    ends = []
+    for m in _SENTENCE_END.finditer(span):
+        before = span[: m.start()]
+        if not before.strip() or (span[m.start()] == "." and abbreviates(before)):
+            continue
+        closers = span[m.start() + 1 : m.end()]
+        if '"' in closers and before.count('"') % 2 == 0:  # the quote opens what follows
+            ends.append(m.start() + 1 + len(closers[: closers.index('"')].rstrip()))
+            continue
+        ends.append(m.end())
+    return ends
 
 
 def last_sentence_end(span: str) -> int | None:
-    """Where ``span`` cut after its last sentence end would stop (None when it holds none)."""
-    ends = [m.end() for m in _SENTENCE_END.finditer(span) if span[: m.start()].strip()]
+    """Where ``span`` cut after its last sentence end would stop (None when it holds none, or only
+    at its very end, where there is nothing to cut)."""
+    ends = [end for end in sentence_ends(span) if span[end:].strip()]
     return ends[-1] if ends else None
 
 
 def ends_inside_a_sentence(span: str) -> bool:
-    """Whether ``span`` stops inside a sentence: its stripped text ends without ".", "!" or "?"."""
-    return re.search(r"[.!?]" + _CLOSERS + r"$", span.strip()) is None
+    """Whether ``span`` stops inside a sentence: its stripped text does not end on a sentence end."""
+    text = span.strip()
+    return not any(not text[end:].strip() for end in sentence_ends(text))
 
 
 def cut_unclosed(

@@ -15,7 +15,26 @@ def test_the_last_sentence_end_followed_by_a_space_is_where_a_fill_is_cut():
     assert last_sentence_end(" He won in 1999") is None  # no sentence end
     assert last_sentence_end(" He won .") is None  # the end is the fill's own last character
     assert last_sentence_end(" . and so on") is None  # nothing before the full stop
-    assert last_sentence_end(" Mr. Smith came") == 4  # an abbreviation reads as an end: a known limit
+
+
+
+def test_titles_and_initials_do_not_end_a_sentence():
+    assert last_sentence_end(" Mr. Smith came") is None
+    assert last_sentence_end(" and Warner Bros. became the") is None
+    span = " John F. Kennedy won. Dr. Jones said that"
+    assert span[: last_sentence_end(span)] == " John F. Kennedy won."
+    assert last_sentence_end(" so did I. Then he") == len(" so did I.")  # "I" is a word, not an initial
+    assert ends_inside_a_sentence(" and met Mr.")
+
+
+def test_a_quote_after_a_sentence_end_closes_only_an_open_quotation():
+    # An even count of quotes before it: it opens the next sentence and is left out of the cut.
+    assert ' He won . " Then he'[: last_sentence_end(' He won . " Then he')] == " He won ."
+    assert ' He won." Then he'[: last_sentence_end(' He won." Then he')] == " He won."
+    # An odd count: it closes the quotation and stays.
+    span = ' She said " yes . " and the'
+    assert span[: last_sentence_end(span)] == ' She said " yes . "'
+    assert ends_inside_a_sentence(' He won . "') and not ends_inside_a_sentence(' He said " no . "')
 
 
 def test_a_fill_ends_inside_a_sentence_unless_it_stops_on_a_sentence_end():
