@@ -199,3 +199,21 @@ def test_phase_37_fails_its_loop_item_and_the_share(rule_table):
     phase37 = verdicts(rule_table.table(ROOT / "benchmarks/results/p37-2026-12-07"))
     failed = [item for item, verdict in phase37.items() if verdict == "FAILS"]
     assert failed == ["infill dev-all looping fills", "infill dev-all both/left"]
+
+
+def test_phase_38_reads_the_shuffled_control_in_its_own_layout_and_allows_phase_35s_loops(
+    tmp_path, rule_table
+):
+    figures = dev_fills(copies=13, closed=80, gold_f1=0.2125, both_over_left=0.9300)
+    figures["shuffled_over_both[spm-joined]"] = figures.pop("shuffled_over_both[spm]")
+    results = {"infill-dev-all": figures, "respelt-dev-all": {"respelt": 0}, "loops-dev-all": {"loops": 82}}
+    rows = rule_table.table(phase_folder(tmp_path, "p38", results))
+    found = verdicts(rows)
+    assert found["infill dev-all looping fills"] == "holds" and found["infill dev-all both/left"] == "holds"
+    assert found["infill dev-all shuffled/both"] == "holds"
+    # Phase 35 was never read in spm-joined: its figure prints as "-".
+    assert any(row.startswith("infill dev-all shuffled/both") and " p35        -  p38" in row for row in rows)
+    figures["both_over_left"], results["loops-dev-all"] = 0.9318, {"loops": 83}
+    (tmp_path / "again").mkdir()
+    found = verdicts(rule_table.table(phase_folder(tmp_path / "again", "p38", results)))
+    assert found["infill dev-all both/left"] == "FAILS" and found["infill dev-all looping fills"] == "FAILS"
