@@ -118,6 +118,9 @@ def check_layout_tokens(layout: LayoutTokens, tokenizer) -> None:
             )
 
 
+ROTATION_GAPS = ("wrap", "none", "front")
+
+
 @dataclass(frozen=True)
 class InfillLayout:
     """How a text with gaps becomes one sequence (see the module docstring for the pictures)."""
@@ -127,10 +130,15 @@ class InfillLayout:
     bidirectional_context: bool  # context tokens attend to all context (else everything is causal)
     span_token: bool  # each span is opened by the SPAN role token
     description: str = ""
-    # Under ``suffix_first``: whether a GAP token marks where the rotated text wraps round to the
-    # text before the first gap. Without it the left side follows the suffix directly, and GAP is
-    # written there only when the left side is empty (a gap at the text's start).
-    wrap_token: bool = True
+    # Under ``suffix_first``, where the GAP that marks the rotation goes: "wrap" (where the text wraps
+    # round to the text before the first gap), "none" (the left side follows the suffix directly;
+    # GAP is written there only when the left side is empty, a gap at the text's start) or "front"
+    # (first in the context, and none where the text wraps).
+    rotation_gap: str = "wrap"
+
+    def __post_init__(self) -> None:
+        if self.rotation_gap not in ROTATION_GAPS:
+            raise ValueError(f"rotation_gap {self.rotation_gap!r} is not one of {ROTATION_GAPS}")
 
     @property
     def mode(self) -> str:
@@ -146,7 +154,10 @@ INFILL_LAYOUTS: dict[str, InfillLayout] = {
         InfillLayout("magnet-plain", False, True, False, "text order, bidirectional context, no SPAN token"),
         InfillLayout("spm", True, False, False, "suffix first, all causal, no SPAN token"),
         InfillLayout(
-            "spm-joined", True, False, False, "suffix first, all causal, no GAP before the left side", False
+            "spm-joined", True, False, False, "suffix first, all causal, no GAP before the left side", "none"
+        ),
+        InfillLayout(
+            "spm-gap-first", True, False, False, "suffix first, all causal, the rotation's GAP first", "front"
         ),
         InfillLayout("spm-span", True, False, True, "suffix first, all causal, SPAN opens each span"),
         InfillLayout("spm-bidirectional", True, True, False, "suffix first, bidirectional context"),
@@ -226,10 +237,13 @@ def lay_out(
         raise ValueError(f"{gaps} gaps need {gaps} spans, got {len(spans)}")
     order = [*range(1, gaps + 1), 0] if layout.suffix_first else list(range(gaps + 1))
     context: list[int] = list(prefix or [])
+    rotation = layout.rotation_gap if layout.suffix_first else "wrap"
+    if rotation == "front":
+        context.append(tokens.gap_id)
     segment_positions: list[list[int]] = [[] for _ in segments]
     for k, index in enumerate(order):
-        wraps = layout.suffix_first and index == 0
-        if k and (not wraps or layout.wrap_token or not segments[0]):
+        wraps = index == 0 and rotation != "wrap"  # the rotation's GAP is not written here
+        if k and (not wraps or (rotation == "none" and not segments[0])):
             context.append(tokens.gap_id)
         segment_positions[index] = list(range(len(context), len(context) + len(segments[index])))
         context.extend(segments[index])
