@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from magnetsdk.layout import NEW_TOKENS, LayoutTokens, lay_out, resolve_layout_tokens
+from magnetsdk.layout import NEW_TOKENS, InfillLayout, LayoutTokens, lay_out, resolve_layout_tokens
 from magnetsdk.testing import tiny_tokenizer
 
 TOKENS = LayoutTokens("<m>", "<g>", "<s>", "<e>", mask_id=90, gap_id=91, span_id=92, end_id=93)
@@ -55,6 +55,20 @@ def test_spm_joined_drops_only_the_gap_where_the_text_wraps():
     laid = lay_out([[1], [2], [3]], TOKENS, spans=[[10], [20]], prefix=[7], layout="spm-joined")
     assert laid.input_ids == [7, 2, 91, 3, 1, 10, 93, 20, 93]
     assert [[laid.input_ids[p] for p in positions] for positions in laid.segment_positions] == [[1], [2], [3]]
+
+
+def test_spm_gap_first_writes_the_rotations_gap_before_the_context():
+    def ids(segments):
+        return lay_out(segments, TOKENS, prefix=[7], layout="spm-gap-first").input_ids
+
+    assert ids([[1, 2], [3, 4]]) == [7, 91, 3, 4, 1, 2]
+    assert ids([[], [3, 4]]) == [7, 91, 3, 4]
+    assert ids([[1], [2], [3]]) == [7, 91, 2, 91, 3, 1]  # a later gap keeps its GAP
+
+
+def test_a_layout_with_an_unknown_rotation_gap_is_refused():
+    with pytest.raises(ValueError, match="rotation_gap 'middle' is not one of"):
+        InfillLayout("x", True, False, False, rotation_gap="middle")
 
 
 def test_span_count_must_match_gaps():
