@@ -119,7 +119,7 @@ def check_layout_tokens(layout: LayoutTokens, tokenizer) -> None:
             )
 
 
-ROTATION_GAPS = ("wrap", "none", "front")
+ROTATION_GAPS = ("wrap", "none", "front", "end")
 
 
 @dataclass(frozen=True)
@@ -133,8 +133,9 @@ class InfillLayout:
     description: str = ""
     # Under ``suffix_first``, where the GAP that marks the rotation goes: "wrap" (where the text wraps
     # round to the text before the first gap), "none" (the left side follows the suffix directly;
-    # GAP is written there only when the left side is empty, a gap at the text's start) or "front"
-    # (first in the context, and none where the text wraps).
+    # GAP is written there only when the left side is empty, a gap at the text's start), "front"
+    # (first in the context, and none where the text wraps) or "end" (END in its place, where the
+    # text wraps).
     rotation_gap: str = "wrap"
 
     def __post_init__(self) -> None:
@@ -159,6 +160,9 @@ INFILL_LAYOUTS: dict[str, InfillLayout] = {
         ),
         InfillLayout(
             "spm-gap-first", True, False, False, "suffix first, all causal, the rotation's GAP first", "front"
+        ),
+        InfillLayout(
+            "spm-end", True, False, False, "suffix first, all causal, END where the text wraps", "end"
         ),
         InfillLayout("spm-span", True, False, True, "suffix first, all causal, SPAN opens each span"),
         InfillLayout("spm-bidirectional", True, True, False, "suffix first, bidirectional context"),
@@ -243,8 +247,9 @@ def lay_out(
         context.append(tokens.gap_id)
     segment_positions: list[list[int]] = [[] for _ in segments]
     for k, index in enumerate(order):
-        wraps = index == 0 and rotation != "wrap"  # the rotation's GAP is not written here
-        if k and (not wraps or (rotation == "none" and not segments[0])):
+        if k and index == 0 and rotation == "end":
+            context.append(tokens.end_id)
+        elif k and (index != 0 or rotation == "wrap" or (rotation == "none" and not segments[0])):
             context.append(tokens.gap_id)
         segment_positions[index] = list(range(len(context), len(context) + len(segments[index])))
         context.extend(segments[index])
