@@ -20,10 +20,11 @@ with SPAN (a role token), ``spm-bidirectional`` reads the rotated context bidire
 keeps the text order but reads it causally, ``magnet-plain`` is ``magnet`` without SPAN, and
 ``spm-joined`` drops the GAP where the text wraps, so the left side follows the suffix as running
 text (the GAP stays when the left side is empty, so a gap at the text's start still reads as one),
-and ``spm-gap-first`` writes that GAP first instead::
+``spm-gap-first`` writes that GAP first instead, and ``spm-end`` writes END in its place::
 
     BOS right left | s1 s2 ... END            spm-joined
     BOS GAP right left | s1 s2 ... END        spm-gap-first
+    BOS right END left | s1 s2 ... END        spm-end
 
 - The context never depends on the span lengths (a caller does not know them), so its keys and
   values are computed once and reused while the spans are decoded, in every layout.

@@ -66,6 +66,17 @@ def test_spm_gap_first_writes_the_rotations_gap_before_the_context():
     assert ids([[1], [2], [3]]) == [7, 91, 2, 91, 3, 1]  # a later gap keeps its GAP
 
 
+def test_spm_end_writes_end_where_the_text_wraps():
+    laid = lay_out([[1, 2], [3, 4]], TOKENS, spans=[[10]], prefix=[7], layout="spm-end")
+    assert laid.input_ids == [7, 3, 4, 93, 1, 2, 10, 93]
+    assert laid.targets == [10, 93] and laid.target_positions == [
+        5,
+        6,
+    ]  # only the span block's END is a target
+    multi = lay_out([[1], [2], [3]], TOKENS, prefix=[7], layout="spm-end").input_ids
+    assert multi == [7, 2, 91, 3, 93, 1]
+
+
 def test_a_layout_with_an_unknown_rotation_gap_is_refused():
     with pytest.raises(ValueError, match="rotation_gap 'middle' is not one of"):
         InfillLayout("x", True, False, False, rotation_gap="middle")
