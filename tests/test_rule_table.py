@@ -217,3 +217,12 @@ def test_phase_38_reads_the_shuffled_control_in_its_own_layout_and_allows_phase_
     (tmp_path / "again").mkdir()
     found = verdicts(rule_table.table(phase_folder(tmp_path / "again", "p38", results)))
     assert found["infill dev-all both/left"] == "FAILS" and found["infill dev-all looping fills"] == "FAILS"
+
+
+def test_phase_39_is_read_by_phase_38s_items_with_the_control_in_spm_end(tmp_path, rule_table):
+    figures = dev_fills(copies=13, closed=80, gold_f1=0.2125, both_over_left=0.9300)
+    figures["shuffled_over_both[spm-end]"] = figures.pop("shuffled_over_both[spm]")
+    results = {"infill-dev-all": figures, "respelt-dev-all": {"respelt": 0}, "loops-dev-all": {"loops": 82}}
+    found = verdicts(rule_table.table(phase_folder(tmp_path, "p39", results)))
+    assert found["infill dev-all shuffled/both"] == "holds" and found["infill dev-all both/left"] == "holds"
+    assert rule_table.rule_for(39).items[:5] == rule_table.rule_for(38).items[:5]
