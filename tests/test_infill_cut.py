@@ -17,7 +17,6 @@ def test_the_last_sentence_end_followed_by_a_space_is_where_a_fill_is_cut():
     assert last_sentence_end(" . and so on") is None  # nothing before the full stop
 
 
-
 def test_titles_and_initials_do_not_end_a_sentence():
     assert last_sentence_end(" Mr. Smith came") is None
     assert last_sentence_end(" and Warner Bros. became the") is None
