@@ -25,15 +25,19 @@ from magnetsdk.infilling import InfillResult, join_filled
 _CLOSERS = r"(?:\s*[\"')\]])*"
 _SENTENCE_END = re.compile(r"[.!?]" + _CLOSERS + r"(?= |$)")
 # Words whose full stop abbreviates them (titles before a name, and a few that stand inside a
-# sentence); a single capital letter other than "I" is an initial.
+# sentence); a single capital letter other than "I" is an initial, and lower-case letters joined
+# by full stops ("e.g.", "i.e.") abbreviate too.
 ABBREVIATIONS = frozenset(
     "Mr Mrs Ms Dr St Jr Sr Prof Gen Col Lt Capt Sgt Rev Mt Gov Sen Rep Fr Hon Bros vs No Nos Vol".split()
 )
 _WORD_BEFORE = re.compile(r"(?:^|[\s(\"'])([A-Za-z]+)$")
+_LOWER_DOTTED = re.compile(r"(?:^|[\s(])(?:[a-z]\.)+[a-z]$")  # "e.g", "i.e", "a.m"
 
 
 def abbreviates(text: str) -> bool:
-    """Whether the full stop right after ``text`` abbreviates its last word ("Mr", "J")."""
+    """Whether the full stop right after ``text`` abbreviates its last word ("Mr", "J", "e.g")."""
+    if _LOWER_DOTTED.search(text):
+        return True
     found = _WORD_BEFORE.search(text)
     if found is None:
         return False

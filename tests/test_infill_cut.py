@@ -24,6 +24,8 @@ def test_titles_and_initials_do_not_end_a_sentence():
     assert span[: last_sentence_end(span)] == " John F. Kennedy won."
     assert last_sentence_end(" so did I. Then he") == len(" so did I.")  # "I" is a word, not an initial
     assert ends_inside_a_sentence(" and met Mr.")
+    assert last_sentence_end(" birds, e.g. crows and i.e. rooks") is None
+    assert last_sentence_end(" in the U.S. It grew") == len(" in the U.S.")  # capitals: may end a sentence
 
 
 def test_a_quote_after_a_sentence_end_closes_only_an_open_quotation():
