@@ -18,8 +18,9 @@ phase 35 (the same copy term weighted 5.0) is read by phase 34's rule; phase 36 
 phase 35 and asks for the right side's share 0.01 past phase 35's with its fills kept; phase 37 is
 judged against phase 35 and asks for a quarter fewer looping dev fills with the rest kept; phase 38
 is phase 35 trained in `spm-joined`, judged against phase 35 as served in `spm`, and asks for phase
-36's share item with no more loops; phase 39 (trained in `spm-end`) is read by phase 38's items. A result file that is not there yet prints as "(not yet)"; a
-figure the baseline does not have (a key of another layout) prints as "-".
+36's share item with no more loops; phase 39 (trained in `spm-end`) is read by phase 38's items. A
+result file that is not there yet prints as "(not yet)"; a figure the baseline does not have (a key
+of another layout) prints as "-".
 """
 
 from __future__ import annotations

@@ -244,14 +244,20 @@ def lay_out(
     order = [*range(1, gaps + 1), 0] if layout.suffix_first else list(range(gaps + 1))
     context: list[int] = list(prefix or [])
     rotation = layout.rotation_gap if layout.suffix_first else "wrap"
+    # What stands where the rotated text wraps round to the text before the first gap (the marker
+    # before segment 0); every other segment after the first is preceded by a GAP.
+    wrap_marker = {
+        "wrap": [tokens.gap_id],
+        "none": [] if segments[0] else [tokens.gap_id],
+        "front": [],
+        "end": [tokens.end_id],
+    }[rotation]
     if rotation == "front":
         context.append(tokens.gap_id)
     segment_positions: list[list[int]] = [[] for _ in segments]
     for k, index in enumerate(order):
-        if k and index == 0 and rotation == "end":
-            context.append(tokens.end_id)
-        elif k and (index != 0 or rotation == "wrap" or (rotation == "none" and not segments[0])):
-            context.append(tokens.gap_id)
+        if k:
+            context.extend(wrap_marker if index == 0 else [tokens.gap_id])
         segment_positions[index] = list(range(len(context), len(context) + len(segments[index])))
         context.extend(segments[index])
     ids = list(context)

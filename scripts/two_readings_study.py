@@ -69,22 +69,25 @@ def study(magnet: Magnet, path: Path, max_new_tokens: int) -> dict:
     nll, fills = [], []
     with torch.inference_mode():
         for item, tokens in zip(items, tokenized, strict=True):
-            per_reading = []
-            for layout in (ENDS, WORDS):
-                s = both_sides_sequence(magnet, tokens, layout)
-                ids = torch.tensor([s.input_ids])
-                hidden = run_decoder(
-                    magnet.model, ids, torch.ones_like(ids, dtype=torch.bool), "causal"
-                ).hidden[0]
-                per_reading.append(
-                    (logits_at(magnet.model, hidden[torch.tensor(s.target_positions)]), s.targets)
+            sequences = [both_sides_sequence(magnet, tokens, layout) for layout in (ENDS, WORDS)]
+            ends, words = (
+                logits_at(
+                    magnet.model,
+                    run_decoder(
+                        magnet.model,
+                        torch.tensor([s.input_ids]),
+                        torch.ones(1, len(s.input_ids), dtype=torch.bool),
+                        "causal",
+                    ).hidden[0, s.target_positions],
                 )
-            (ends, targets), (words, _) = per_reading
+                for s in sequences
+            )
+            targets = sequences[0].targets  # the same span tokens in both readings
             nll.extend(
                 -float(two_readings(e, w, stops)[t]) for e, w, t in zip(ends, words, targets, strict=True)
             )
-            contexts = [both_sides_sequence(magnet, tokens, layout) for layout in (ENDS, WORDS)]
-            states = [last_logits(magnet, c.input_ids[: c.target_positions[0] + 1]) for c in contexts]
+            # Each reading's context: its sequence up to the first span token.
+            states = [last_logits(magnet, s.input_ids[: s.target_positions[0] + 1]) for s in sequences]
             chosen, closed = [], False
             for step in range(max_new_tokens):
                 scores = two_readings(states[0][0], states[1][0], stops)
