@@ -291,3 +291,86 @@ def test_train_layout_roles_that_cannot_work(
 ):
     with pytest.raises(ValueError, match=message):
         train_config(tmp_path, reserved_base, data_file, **overrides)
+
+
+def _lora_weights(run) -> dict[str, torch.Tensor]:
+    weights = load_file(run.output_dir / "adapter_model.safetensors")
+    return {name: tensor for name, tensor in weights.items() if "lora_" in name}
+
+
+def test_the_gap_row_trains_alone_while_lora_and_an_adapter_s_end_row_are_held(
+    tmp_path, reserved_base, data_file, train_config
+):
+    """freeze_lora with train_layout_roles=["gap"] from an adapter that trained END: only GAP moves."""
+    small = {"lora_r": 4, "lora_alpha": 8, "train_layout_tokens": True, "layout_token_lr": 1e-2}
+    first = train(
+        train_config(
+            tmp_path / "first",
+            reserved_base,
+            data_file,
+            train_layout_roles=["end"],
+            end_row_from_eos=True,
+            **small,
+        )
+    )
+    second = train(
+        train_config(
+            tmp_path / "gap",
+            reserved_base,
+            data_file,
+            init_adapter=str(first.output_dir),
+            train_layout_roles=["gap"],
+            freeze_lora=True,
+            **small,
+        )
+    )
+    magnet = Magnet.from_pretrained(str(second.output_dir), device="cpu")
+    saved = json.loads((second.output_dir / "adapter_config.json").read_text())
+    assert saved["trainable_token_indices"] == sorted([magnet.layout.end_id, magnet.layout.gap_id])
+    base = _layout_rows(Magnet.from_pretrained(reserved_base, device="cpu"))
+    before = _layout_rows(Magnet.from_pretrained(str(first.output_dir), device="cpu"))
+    after = _layout_rows(magnet)  # mask, gap, span, end
+    assert torch.equal(after[3], before[3])  # END: the adapter's row, held
+    assert not torch.allclose(after[3], base[3])
+    assert not torch.allclose(after[1], before[1])  # GAP moved
+    assert torch.equal(after[[0, 2]], base[[0, 2]])  # mask and span keep the base's rows
+    lora_before, lora_after = _lora_weights(first), _lora_weights(second)
+    assert lora_before.keys() == lora_after.keys()
+    assert all(torch.equal(lora_before[name], lora_after[name]) for name in lora_before)
+
+
+def test_a_run_that_trains_no_rows_keeps_an_adapter_s_rows(tmp_path, reserved_base, data_file, train_config):
+    rows = {"lora_r": 4, "lora_alpha": 8}
+    first = train(
+        train_config(
+            tmp_path / "first",
+            reserved_base,
+            data_file,
+            train_layout_tokens=True,
+            train_layout_roles=["end"],
+            layout_token_lr=1e-2,
+            end_row_from_eos=True,
+            **rows,
+        )
+    )
+    second = train(
+        train_config(
+            tmp_path / "second", reserved_base, data_file, init_adapter=str(first.output_dir), **rows
+        )
+    )
+    magnet = Magnet.from_pretrained(str(second.output_dir), device="cpu")
+    saved = json.loads((second.output_dir / "adapter_config.json").read_text())
+    assert saved["trainable_token_indices"] == [magnet.layout.end_id]
+    before = _layout_rows(Magnet.from_pretrained(str(first.output_dir), device="cpu"))
+    assert torch.equal(_layout_rows(magnet), before)
+    lora_before, lora_after = _lora_weights(first), _lora_weights(second)
+    assert any(not torch.equal(lora_before[name], lora_after[name]) for name in lora_before)  # LoRA trained
+
+
+def test_freeze_lora_with_nothing_else_to_train_says_what_to_add(
+    tmp_path, reserved_base, data_file, train_config
+):
+    with pytest.raises(ValueError, match="freeze_lora holds LoRA.*--train-layout-tokens"):
+        train(train_config(tmp_path, reserved_base, data_file, lora_r=4, lora_alpha=8, freeze_lora=True))
+    with pytest.raises(ValueError, match="freeze_lora.*full fine-tune"):
+        train_config(tmp_path, reserved_base, data_file, full_finetune=True, freeze_lora=True)

@@ -59,12 +59,16 @@ def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter
 
 
 def parameter_groups(
-    model: torch.nn.Module, learning_rate: float, token_lr: float | None
+    model: torch.nn.Module, learning_rate: float, token_lr: float | None, kept_rows: bool = False
 ) -> list[dict[str, object]]:
     """The optimiser's groups: every trainable weight at ``learning_rate``, except that the token
-    rows peft trains beside LoRA (``trainable_token_indices``) take ``token_lr`` when it is set."""
+    rows peft trains beside LoRA (``trainable_token_indices``) take ``token_lr`` when it is set.
+
+    ``kept_rows``: some of those rows are held where they start (:func:`hold_token_rows`); the rows
+    then form their own group without weight decay, which would move a row that takes no gradient.
+    """
     trainable = trainable_parameters(model)
-    if token_lr is None:
+    if token_lr is None and not kept_rows:
         return [{"params": list(trainable.values()), "lr": learning_rate}]
     rows = [p for name, p in trainable.items() if "trainable_tokens" in name]
     if not rows:
@@ -73,7 +77,56 @@ def parameter_groups(
             "base already has): add train_layout_tokens=true (--train-layout-tokens), or drop layout_token_lr"
         )
     rest = [p for name, p in trainable.items() if "trainable_tokens" not in name]
-    return [{"params": rest, "lr": learning_rate}, {"params": rows, "lr": token_lr}]
+    row_group: dict[str, object] = {"params": rows, "lr": learning_rate if token_lr is None else token_lr}
+    if kept_rows:
+        row_group["weight_decay"] = 0.0
+    return ([{"params": rest, "lr": learning_rate}] if rest else []) + [row_group]
+
+
+def freeze_lora(trained: torch.nn.Module) -> None:
+    """Stop every trainable weight but the token rows (``TrainConfig.freeze_lora``): LoRA stays as
+    it was loaded, and only the embedding rows beside it learn (a layout token tuned as a prompt)."""
+    for name, parameter in trainable_parameters(trained).items():
+        if "trainable_tokens" not in name:
+            parameter.requires_grad_(False)
+
+
+def hold_token_rows(trained: torch.nn.Module, token_ids: list[int]) -> None:
+    """Hold the rows of ``token_ids`` (trained beside LoRA) where they start: their gradient is
+    zeroed, so Adam never moves them. The rows peft trains form one tensor, so a row cannot sit in
+    a parameter group of its own; an init adapter's trained row that this run does not train is
+    held this way while other rows train."""
+    held: set[int] = set()
+    for module in trained.modules():
+        if not hasattr(module, "trainable_tokens_delta") or "default" not in module.token_indices:
+            continue
+        parameter = module.trainable_tokens_delta["default"]
+        if id(parameter) in held:  # the tied LM head shares the embedding's rows
+            continue
+        held.add(id(parameter))
+        order = list(module.token_indices["default"])
+        positions = torch.tensor([order.index(t) for t in token_ids])
+
+        def zero_rows(grad: torch.Tensor, positions: torch.Tensor = positions) -> torch.Tensor:
+            grad = grad.clone()
+            grad[positions] = 0
+            return grad
+
+        parameter.register_hook(zero_rows)
+
+
+def initial_token_rows(config: TrainConfig) -> list[int]:
+    """The token rows ``config.init_adapter`` trained beside its LoRA (its
+    ``trainable_token_indices``); [] without an init adapter or rows. A run keeps them: they are
+    part of the adapter, whether or not this run trains them further."""
+    from magnetsdk.loading import ADAPTER_CONFIG, resolve
+
+    if not config.init_adapter or config.full_finetune:
+        return []
+    directory = resolve(config.init_adapter).adapter
+    if directory is None or not (directory / ADAPTER_CONFIG).is_file():
+        return []  # load_initial_adapter says what is wrong
+    return list(json.loads((directory / ADAPTER_CONFIG).read_text()).get("trainable_token_indices") or [])
 
 
 def load_initial_adapter(trained: torch.nn.Module, config: TrainConfig) -> dict[str, str]:
@@ -113,25 +166,22 @@ def load_initial_adapter(trained: torch.nn.Module, config: TrainConfig) -> dict[
             sorted(lora.target_modules or []),
             "set lora_target_modules",
         ),
-        # The rows of layout tokens added to the tokenizer: they follow the base's tokenizer and
-        # the layout tokens, so the same base and magnetsdk version add the same ones.
-        "trainable_token_indices": (
-            saved.get("trainable_token_indices"),
-            lora.trainable_token_indices,
-            "train with the tokenizer and layout tokens of the adapter's run",
-        ),
     }
-    # An adapter that kept the base's rows of reused layout tokens may start a run that trains
-    # them (train_layout_tokens): those rows start from the base's.
-    rows_start_from_base = bool(config.train_layout_tokens and saved.get("trainable_token_indices") is None)
-    if config.end_row_from_eos and saved.get("trainable_token_indices") is not None:
+    # The adapter's token rows (added or reused layout tokens) load into this run's; a row this run
+    # trains and the adapter did not starts from the base's.
+    theirs = list(saved.get("trainable_token_indices") or [])
+    ours = list(lora.trainable_token_indices or [])
+    if set(theirs) - set(ours):
+        raise ValueError(
+            f"init_adapter={source!r} trained the rows of tokens {sorted(set(theirs) - set(ours))}, which "
+            "this model does not train: train with the tokenizer and layout tokens of the adapter's run"
+        )
+    if config.end_row_from_eos and theirs:
         raise ValueError(
             f"init_adapter={source!r} holds trained layout-token rows, and end_row_from_eos would "
             "overwrite END's with EOS's row at step 0: drop end_row_from_eos to continue from the "
             "adapter's END row"
         )
-    if rows_start_from_base:
-        del wanted["trainable_token_indices"]
     differ = [(name, theirs, ours, fix) for name, (theirs, ours, fix) in wanted.items() if theirs != ours]
     if differ:
         raise ValueError(
@@ -141,8 +191,14 @@ def load_initial_adapter(trained: torch.nn.Module, config: TrainConfig) -> dict[
     data = (directory / ADAPTER_WEIGHTS).read_bytes()  # read once: the weights and their hash
     weights = load(data)
     current = get_peft_model_state_dict(trained)  # what saving this model would write
-    if rows_start_from_base:  # the token rows keep their fresh (base) values
-        weights = {**{k: v for k, v in current.items() if "trainable_tokens" in k}, **weights}
+    if theirs != ours:  # the adapter's rows go to their places among this run's (base) rows
+        for name, rows in current.items():
+            if "trainable_tokens" in name:
+                merged = rows.clone()
+                if name in weights:
+                    for position, token in enumerate(theirs):
+                        merged[ours.index(token)] = weights[name][position]
+                weights[name] = merged
     expected = set(current)
     missing, extra = sorted(expected - set(weights)), sorted(set(weights) - expected)
     if missing or extra:

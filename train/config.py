@@ -200,6 +200,10 @@ class TrainConfig:
     # train_layout_tokens, and added tokens); None: learning_rate. Rows move slowly at LoRA's rate:
     # 50 steps at 1e-4 left END at cosine 0.991 from EOS (phase 13, docs/phases.md).
     layout_token_lr: float | None = None
+    # Hold LoRA as init_adapter left it (fresh: no change to the base) and train only the token rows
+    # beside it (train_layout_tokens): a layout token tuned as a one-token prompt, which changes
+    # nothing the token does not appear in (encoding, generation) but its tied output logit.
+    freeze_lora: bool = False
     # The token that plays END (closes each span), by its string; None: the first of
     # magnetsdk.layout.RESERVED_CANDIDATES["end"] the tokenizer has (SmolLM2: <issue_closed>, whose
     # row is at cosine 0.991 from EOS's, so in spans the adapter closes with EOS, not END). A token
@@ -394,6 +398,11 @@ class TrainConfig:
             raise ValueError(
                 "layout_token_lr sets the rate of token rows that train beside LoRA; a full fine-tune "
                 "trains every row at learning_rate: drop layout_token_lr, or set full_finetune=false"
+            )
+        if self.freeze_lora and self.full_finetune:
+            raise ValueError(
+                "freeze_lora holds LoRA and trains the token rows beside it; a full fine-tune has neither: "
+                "drop freeze_lora, or set full_finetune=false"
             )
         if self.end_row_from_eos and self.full_finetune:
             raise ValueError(

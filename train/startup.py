@@ -22,6 +22,9 @@ import numpy as np
 import torch
 from magnetsdk.train.adaptation import (
     copy_token_row,
+    freeze_lora,
+    hold_token_rows,
+    initial_token_rows,
     load_initial_adapter,
     make_trainable,
     parameter_groups,
@@ -229,7 +232,10 @@ class RunSetup:
         layout_ids = self.layout.ids()
         roles = config.train_layout_roles or list(layout_ids)
         requested = {layout_ids[role] for role in roles} if config.train_layout_tokens else set()
-        self.token_ids = sorted(new_ids | requested)
+        # An init adapter's trained rows stay in the adapter; those this run does not train are held.
+        kept = set(initial_token_rows(config))
+        self.token_ids = sorted(new_ids | requested | kept)
+        self.held_token_ids = sorted(kept - requested - new_ids)
         return model
 
     def _make_trainable(self, model) -> None:
@@ -243,13 +249,24 @@ class RunSetup:
         )
         if self.config.end_row_from_eos:  # at step 0; a resumed run's checkpoint replaces the row
             copy_token_row(self.trained, self.tokenizer.eos_token_id, self.layout.end_id)
+        if self.held_token_ids:
+            hold_token_rows(self.trained, self.held_token_ids)
+        if self.config.freeze_lora:
+            freeze_lora(self.trained)
         if not trainable_parameters(self.trained):
+            if self.config.freeze_lora:
+                raise ValueError(
+                    "freeze_lora holds LoRA, and no token row trains beside it: add "
+                    "train_layout_tokens=true (--train-layout-tokens) to tune the layout rows"
+                )
             raise ValueError("nothing to train: the model has no trainable parameters")
 
     def _prepare_optimisation(self) -> None:
         config = self.config
         optimizer = torch.optim.AdamW(
-            parameter_groups(self.trained, config.learning_rate, config.layout_token_lr),
+            parameter_groups(
+                self.trained, config.learning_rate, config.layout_token_lr, bool(self.held_token_ids)
+            ),
             lr=config.learning_rate,
             weight_decay=config.weight_decay,
         )
