@@ -18,7 +18,9 @@ phase 35 (the same copy term weighted 5.0) is read by phase 34's rule; phase 36 
 phase 35 and asks for the right side's share 0.01 past phase 35's with its fills kept; phase 37 is
 judged against phase 35 and asks for a quarter fewer looping dev fills with the rest kept; phase 38
 is phase 35 trained in `spm-joined`, judged against phase 35 as served in `spm`, and asks for phase
-36's share item with no more loops; phase 39 (trained in `spm-end`) is read by phase 38's items. A
+36's share item with no more loops; phase 39 (trained in `spm-end`) is read by phase 38's items;
+phase 40 (GAP's row trained alone, LoRA held) by phase 38's fill items, the share, the shuffled
+control, copies and a perplexity that may move only by GAP's logit. A
 result file that is not there yet prints as "(not yet)"; a figure the baseline does not have (a key
 of another layout) prints as "-".
 """
@@ -129,6 +131,15 @@ FILLS_P38 = [("infill dev-all looping fills", "loops-dev-all", "loops", "<=", 82
 QUALITY_P38 = with_key(QUALITY_P36, "infill dev-all shuffled/both", "shuffled_over_both[spm-joined]")
 # Phase 39 (phase 35 trained in spm-end): phase 38's items, the shuffled control read in spm-end.
 QUALITY_P39 = with_key(QUALITY_P36, "infill dev-all shuffled/both", "shuffled_over_both[spm-end]")
+# Phase 40 (GAP's row alone, everything else held, so embeddings are unchanged): phase 38's fill items,
+# the share (0.9317), the shuffled control and copies in spm, and perplexity <= 16.41 (phase 35's
+# 16.33 + 0.5 %: only GAP's tied logit can move it).
+QUALITY_P40 = [
+    item
+    for item in with_threshold(QUALITY_P36, "perplexity", 16.41)
+    if item[0]
+    in {"infill dev-all both/left", "infill dev-all shuffled/both", "infill dev-all copies", "perplexity"}
+]
 
 
 class Rule(NamedTuple):
@@ -158,7 +169,9 @@ def rule_for(phase: int) -> Rule:
         return Rule("p10", str(RESULTS / "p10-2026-12-03" / "p10fp32-{}.json"), QUALITY_P11, False)
     if phase == 14:
         return Rule("p11", P11, QUALITY, True)
-    if phase >= 39:
+    if phase >= 40:
+        return Rule("p35", P35, FILLS_P38 + QUALITY_P40, True)
+    if phase == 39:
         return Rule("p35", P35, FILLS_P38 + QUALITY_P39, True, STS_GAP_P30)
     if phase == 38:
         return Rule("p35", P35, FILLS_P38 + QUALITY_P38, True, STS_GAP_P30)

@@ -226,3 +226,20 @@ def test_phase_39_is_read_by_phase_38s_items_with_the_control_in_spm_end(tmp_pat
     found = verdicts(rule_table.table(phase_folder(tmp_path, "p39", results)))
     assert found["infill dev-all shuffled/both"] == "holds" and found["infill dev-all both/left"] == "holds"
     assert rule_table.rule_for(39).items[:5] == rule_table.rule_for(38).items[:5]
+
+
+def test_phase_40_reads_the_fills_the_share_and_a_perplexity_only_gap_s_logit_can_move(tmp_path, rule_table):
+    figures = dev_fills(copies=13, closed=80, gold_f1=0.2125, both_over_left=0.9300)
+    results = {
+        "infill-dev-all": figures,
+        "respelt-dev-all": {"respelt": 0},
+        "loops-dev-all": {"loops": 82},
+        "lm": {"ppl": 16.40},
+    }
+    found = verdicts(rule_table.table(phase_folder(tmp_path, "p40", results)))
+    assert "STS-B dev" not in found and "STS-B dev - held-out even rows" not in found
+    assert found["perplexity"] == "holds" and found["infill dev-all both/left"] == "holds"
+    results["lm"] = {"ppl": 16.42}
+    (tmp_path / "again").mkdir()
+    found = verdicts(rule_table.table(phase_folder(tmp_path / "again", "p40", results)))
+    assert found["perplexity"] == "FAILS"
