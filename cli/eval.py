@@ -31,6 +31,7 @@ from magnetsdk.cli.options import (
 )
 from magnetsdk.cli.output import emit, format_option
 
+from magnetsdk.copies import DEFAULT_INFILL_TOKENS
 from magnetsdk.layout import INFILL_LAYOUTS
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -295,7 +296,9 @@ def repetition(
 @click.option(
     "--generate", default=0, show_default=True, type=click.IntRange(min=0), help="Also fill the first N gaps."
 )
-@click.option("--max-new-tokens", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--max-new-tokens", default=DEFAULT_INFILL_TOKENS, show_default=True, type=click.IntRange(min=1)
+)
 @click.option(
     "--layout",
     "layouts",

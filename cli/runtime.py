@@ -21,6 +21,8 @@ from magnetsdk.cli.options import (
 )
 from magnetsdk.cli.output import emit, format_option, print_fields, print_table
 
+from magnetsdk.copies import DEFAULT_INFILL_TOKENS
+
 _INPUT = click.option(
     "--input",
     "-i",
@@ -114,7 +116,9 @@ def encode(
 @click.option("--left", default=None, help="Text before the gap (instead of a marked text).")
 @click.option("--right", default=None, help="Text after the gap.")
 @click.option("--marker", default="[GAP]", show_default=True, help="The gap marker inside texts.")
-@click.option("--max-new-tokens", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--max-new-tokens", default=DEFAULT_INFILL_TOKENS, show_default=True, type=click.IntRange(min=1)
+)
 @click.option(
     "--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0), help="0 is greedy."
 )

@@ -89,6 +89,10 @@ DEFAULT_RESAMPLE_COPIES = 8
 DEFAULT_RESAMPLE_RANKING = "per-token"
 # ``Magnet.infill(cut_unclosed=...)`` (benchmarks/results/sentence-cut-2026-12-07/rule.md).
 DEFAULT_CUT_UNCLOSED = True
+# ``Magnet.infill(max_new_tokens=...)``, ``magnet infill`` and ``magnet eval infill``: a sentence-long
+# fill needs about 33 tokens; at 32, half the dev fills ended inside a sentence
+# (benchmarks/results/infill-budget-2026-12-07/rule.md).
+DEFAULT_INFILL_TOKENS = 48
 
 
 def check_resample_ranking(ranking: str) -> None:

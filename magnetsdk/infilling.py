@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from magnetsdk.checks import check_line_breaks
-from magnetsdk.copies import context_runs, copies_segments
+from magnetsdk.copies import DEFAULT_INFILL_TOKENS, context_runs, copies_segments
 from magnetsdk.decoding import Prompt, Sampling, check_decoding, decode
 from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, lay_out
 
@@ -343,7 +343,7 @@ def decode_spans(
     tokens: LayoutTokens,
     prefix: list[int],
     pad_id: int,
-    max_new_tokens: int = 32,
+    max_new_tokens: int = DEFAULT_INFILL_TOKENS,
     sampling: Sampling | None = None,
     layout: InfillLayout | str = "magnet",
     use_cache: bool = True,

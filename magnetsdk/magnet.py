@@ -35,6 +35,7 @@ from magnetsdk.config import MagnetConfig, Pooling, choice
 from magnetsdk.context_cache import ContextCache
 from magnetsdk.copies import (
     DEFAULT_CUT_UNCLOSED,
+    DEFAULT_INFILL_TOKENS,
     DEFAULT_NO_REPEAT_NGRAM,
     DEFAULT_RESAMPLE_COPIES,
     DEFAULT_RESAMPLE_RANKING,
@@ -376,7 +377,7 @@ class Magnet:
         left: str | None = None,
         right: str | None = None,
         gap_marker: str = DEFAULT_GAP_MARKER,
-        max_new_tokens: int = 32,
+        max_new_tokens: int = DEFAULT_INFILL_TOKENS,
         temperature: float = 0.0,
         top_p: float = 1.0,
         seed: int | None = None,

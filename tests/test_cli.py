@@ -245,3 +245,23 @@ def test_python_keyword_spellings_become_the_commands_flags():
         assert clean_message("'quoted'") == "quoted"
     with click.Context(ask_command):
         assert clean_message(message).endswith("pass --plain")
+
+
+def test_the_infill_commands_fill_with_the_sdks_token_budget():
+    """`magnet infill`, `magnet eval infill` and Magnet.infill share one default budget (48)."""
+    import inspect
+
+    from magnetsdk.cli.eval import eval_group
+    from magnetsdk.cli.runtime import infill
+
+    from magnetsdk.copies import DEFAULT_INFILL_TOKENS
+    from magnetsdk.eval.infill import evaluate_infill
+
+    def option_default(command, name: str):
+        return next(p.default for p in command.params if p.name == name)
+
+    assert DEFAULT_INFILL_TOKENS == 48
+    assert option_default(infill, "max_new_tokens") == DEFAULT_INFILL_TOKENS
+    assert option_default(eval_group.commands["infill"], "max_new_tokens") == DEFAULT_INFILL_TOKENS
+    for function in (Magnet.infill, evaluate_infill):
+        assert inspect.signature(function).parameters["max_new_tokens"].default == DEFAULT_INFILL_TOKENS

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from magnetsdk.copies import COPY_WORDS, LOOP_UNITS, copies_text, loops, words
+from magnetsdk.copies import COPY_WORDS, DEFAULT_INFILL_TOKENS, LOOP_UNITS, copies_text, loops, words
 from magnetsdk.eval.result import EvalResult, data_file, utc_now
 from magnetsdk.eval.scoring import ScoredSequence, perplexity, target_nll
 from magnetsdk.infilling import given_guards, has_line_break
@@ -150,7 +150,7 @@ def evaluate_infill(
     limit: int | None = None,
     batch_size: int = 8,
     generate: int = 0,
-    max_new_tokens: int = 32,
+    max_new_tokens: int = DEFAULT_INFILL_TOKENS,
     show_progress: bool = True,
     layouts: list[str] | None = None,
     candidates: int = 1,
