@@ -370,7 +370,14 @@ def test_a_run_that_trains_no_rows_keeps_an_adapter_s_rows(tmp_path, reserved_ba
 def test_freeze_lora_with_nothing_else_to_train_says_what_to_add(
     tmp_path, reserved_base, data_file, train_config
 ):
+    small = {"lora_r": 4, "lora_alpha": 8}
     with pytest.raises(ValueError, match="freeze_lora holds LoRA.*--train-layout-tokens"):
-        train(train_config(tmp_path, reserved_base, data_file, lora_r=4, lora_alpha=8, freeze_lora=True))
+        train(train_config(tmp_path / "fresh", reserved_base, data_file, freeze_lora=True, **small))
+    # An init adapter's END row is held unless named, so it trains nothing either.
+    rows = {"train_layout_tokens": True, "train_layout_roles": ["end"], "end_row_from_eos": True}
+    first = train(train_config(tmp_path / "first", reserved_base, data_file, **rows, **small))
+    start = {"init_adapter": str(first.output_dir), "freeze_lora": True}
+    with pytest.raises(ValueError, match="freeze_lora holds LoRA.*held unless named"):
+        train(train_config(tmp_path / "held", reserved_base, data_file, **start, **small))
     with pytest.raises(ValueError, match="freeze_lora.*full fine-tune"):
         train_config(tmp_path, reserved_base, data_file, full_finetune=True, freeze_lora=True)

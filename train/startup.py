@@ -253,12 +253,12 @@ class RunSetup:
             hold_token_rows(self.trained, self.held_token_ids)
         if self.config.freeze_lora:
             freeze_lora(self.trained)
+        if self.config.freeze_lora and set(self.token_ids) <= set(self.held_token_ids):
+            raise ValueError(
+                "freeze_lora holds LoRA, and no token row trains beside it (an init adapter's rows are "
+                "held unless named): add train_layout_tokens=true (--train-layout-tokens) to tune the layout rows"
+            )
         if not trainable_parameters(self.trained):
-            if self.config.freeze_lora:
-                raise ValueError(
-                    "freeze_lora holds LoRA, and no token row trains beside it: add "
-                    "train_layout_tokens=true (--train-layout-tokens) to tune the layout rows"
-                )
             raise ValueError("nothing to train: the model has no trainable parameters")
 
     def _prepare_optimisation(self) -> None:
