@@ -1,5 +1,10 @@
 """Build the infill evaluation set: paragraphs of WikiText with one inner sentence removed.
 
+With ``--phrase N`` a run of 1..N words is removed from inside that sentence instead (never its first
+word or its closing mark; only words holding a letter or a digit): the gaps a user marks inside a
+sentence ("The Eiffel Tower is in [GAP], the capital of France."), which whole-sentence items never
+test.
+
 Each line of the output jsonl is ``{"left", "span", "right", "line"}``: up to ``--context``
 sentences before the removed sentence, the sentence itself (with its leading space, so the three
 texts join back into the original), up to ``--context`` sentences after, and the source line.
@@ -42,6 +47,7 @@ def build(
     seed: int,
     first_line: int = 1,
     last_line: int | None = None,
+    phrase: int = 0,
 ) -> list[dict[str, object]]:
     rng = random.Random(seed)
     out: list[dict[str, object]] = []
@@ -60,10 +66,35 @@ def build(
         k = rng.choice(inner)
         left = " ".join(sentences[max(0, k - context) : k])
         right = " ".join(sentences[k + 1 : k + 1 + context])
-        out.append({"left": left, "span": " " + sentences[k], "right": " " + right, "line": number})
+        if phrase:
+            cut = phrase_cut(sentences[k], phrase, rng)
+            if cut is None:
+                continue
+            before, span, after = cut
+            left, right = f"{left} {before}", f" {after} {right}"
+        else:
+            span, right = " " + sentences[k], " " + right
+        out.append({"left": left, "span": span, "right": right, "line": number})
         if len(out) >= items:
             break
     return out
+
+
+def phrase_cut(sentence: str, most: int, rng: random.Random) -> tuple[str, str, str] | None:
+    """``sentence`` as (words before, " " + a run of 1..``most`` words, words after): the run is
+    inside the sentence (not its first word, not its closing mark) and every word in it holds a
+    letter or a digit; None when the sentence has no such run."""
+    words = sentence.split()
+    length = rng.randint(1, most)
+    starts = [
+        i
+        for i in range(1, len(words) - length)
+        if all(any(c.isalnum() for c in w) for w in words[i : i + length])
+    ]
+    if not starts:
+        return None
+    i = rng.choice(starts)
+    return " ".join(words[:i]), " " + " ".join(words[i : i + length]), " ".join(words[i + length :])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-words", type=int, default=5)
     parser.add_argument("--max-words", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--phrase",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Remove a run of 1..N words inside the sentence instead.",
+    )
     parser.add_argument(
         "--lines",
         default=None,
@@ -91,7 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.source.is_file():
         parser.error(f"{args.source} not found; pass the path of a WikiText file")
     lines = args.source.read_text(encoding="utf-8").splitlines()
-    records = build(lines, args.items, args.context, args.min_words, args.max_words, args.seed, first, last)
+    if args.phrase < 0:
+        parser.error(f"--phrase {args.phrase} must be >= 0 (0: remove the whole sentence)")
+    records = build(
+        lines, args.items, args.context, args.min_words, args.max_words, args.seed, first, last, args.phrase
+    )
     if len(records) < args.items:
         print(f"only {len(records)} paragraphs qualify (asked for {args.items})", file=sys.stderr)
     atomic_write_text(args.output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))

@@ -231,3 +231,17 @@ def test_sts_with_a_principal_shift_fitted_on_other_texts(model_dir, data, tmp_p
     # The two options go together.
     lonely = run("sts", str(data / "pairs.tsv"), "--model", model_dir, "--principal-shift", "shift")
     assert lonely.exit_code != 0 and "--shift-texts" in lonely.output
+
+
+def test_infill_set_phrase_items_remove_words_inside_a_sentence(infill_set):
+    paragraph = " One two three four five . Six seven , eight nine ten ? Eleven twelve thirteen fourteen . Last one here ok . "
+    lines = [paragraph] * 30
+    records = infill_set.build(lines, items=30, context=3, min_words=5, max_words=40, seed=0, phrase=3)
+    assert len(records) == 30
+    for record in records:
+        assert record["left"] + record["span"] + record["right"] == paragraph.strip()
+        words = record["span"].split()
+        assert 1 <= len(words) <= 3 and record["span"].startswith(" ")
+        assert all(w[0].isalnum() for w in words)  # no comma, no closing mark
+        assert record["left"].split()[-1] not in {".", "?"}  # never the sentence's first word
+    assert {len(r["span"].split()) for r in records} == {1, 2, 3}
