@@ -307,7 +307,8 @@ def repetition(
     help="Infill layout(s) to score, repeatable; 'all' scores every layout [default: the model's own].",
 )
 @candidates_option(
-    "Fill the --generate gaps by ranking this many candidates (Magnet.infill(candidates=N), seed 0)."
+    "Fill the --generate gaps as Magnet.infill(candidates=..., seed=0) does (auto: 8 ranked for a gap "
+    "inside a sentence, one greedy fill between sentences)."
 )
 @line_breaks_option
 @no_repeat_ngram_option

@@ -39,11 +39,27 @@ def model_options(command: Callable) -> Callable:
     return wrapper
 
 
+class _Candidates(click.ParamType):
+    """``auto`` or an integer >= 1, as ``Magnet.infill(candidates=...)`` takes it."""
+
+    name = "auto|N"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int | str:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            number = 0
+        if number < 1:
+            self.fail(f"{value!r} is neither auto nor an integer of at least 1", param, ctx)
+        return number
+
+
 def candidates_option(help_text: str) -> Callable[[Callable], Callable]:
-    """``--candidates N`` (an integer >= 1, default 1): how many fills ``Magnet.infill`` ranks."""
-    return click.option(
-        "--candidates", default=1, show_default=True, type=click.IntRange(min=1), help=help_text
-    )
+    """``--candidates auto|N`` (default auto: rank 8 fills for a gap inside a sentence, else one
+    greedy fill): how many fills ``Magnet.infill`` ranks."""
+    return click.option("--candidates", default="auto", show_default=True, type=_Candidates(), help=help_text)
 
 
 def line_breaks_option(command: Callable) -> Callable:

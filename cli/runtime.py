@@ -125,7 +125,8 @@ def encode(
 @click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True))
 @click.option("--seed", default=None, type=int)
 @candidates_option(
-    "Rank this many fills (the decoded one and the rest sampled) by the filled text's likelihood."
+    "Rank this many fills (the decoded one and the rest sampled) by the filled text's likelihood; "
+    "auto: 8 for a gap inside a sentence, one greedy fill for gaps between sentences."
 )
 @line_breaks_option
 @no_repeat_ngram_option

@@ -181,7 +181,7 @@ def candidate_sampling(
     """How ``Magnet.infill`` samples its extra candidates, or ``None`` when there is nothing to rank."""
     if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
         raise ValueError(
-            f"candidates={candidates!r} must be an integer of at least 1 (1 decodes one fill and ranks nothing)"
+            f'candidates={candidates!r} must be "auto" or an integer of at least 1 (1: one fill, no ranking)'
         )
     if candidates == 1:
         return None

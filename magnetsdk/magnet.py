@@ -69,6 +69,7 @@ from magnetsdk.loading import (
     pick_dtype,
     resolve,
 )
+from magnetsdk.unclosed import candidate_counts
 from magnetsdk.unclosed import cut_unclosed as cut_unclosed_fills
 
 if TYPE_CHECKING:  # magnetsdk.index imports faiss; Magnet only calls an index it is given
@@ -390,7 +391,7 @@ class Magnet:
         resample_copies: int = DEFAULT_RESAMPLE_COPIES,
         resample_ranking: str = DEFAULT_RESAMPLE_RANKING,
         layout: InfillLayout | str | None = None,
-        candidates: int = 1,
+        candidates: int | str = "auto",
         candidate_temperature: float = 0.8,
         candidate_top_p: float = 0.95,
         line_breaks: str = "auto",
@@ -404,7 +405,12 @@ class Magnet:
         recomputes the whole sequence at every step (the slow reference).
 
         ``candidates=N`` (N > 1) ranks N fills of each text: the one decoded with the settings above
-        and N - 1 sampled at ``candidate_temperature`` / ``candidate_top_p``. The filled text the
+        and N - 1 sampled at ``candidate_temperature`` / ``candidate_top_p``. ``"auto"`` (the
+        default) ranks :data:`~magnetsdk.unclosed.AUTO_CANDIDATES` (8) for a text with a gap inside a
+        sentence (``unclosed.gap_inside_a_sentence``: "is in [GAP], the capital") and keeps one greedy
+        fill for a text whose gaps sit between sentences; measured on both kinds of gap
+        (``docs/results.md``, "Gaps inside a sentence"). Unseeded, ``"auto"`` samples as with
+        ``seed=0``, so the default call gives the same fill every time. The filled text the
         model itself finds most likely, read left to right, wins (see :mod:`magnetsdk.infilling`);
         ``InfillResult.candidates`` lists every distinct fill with its log-likelihood. Sampled
         candidate ``k`` (1..N-1) of the call's text ``i`` is seeded ``seed + i * (N - 1) + k - 1``,
@@ -453,8 +459,15 @@ class Magnet:
             raise ValueError(f"pool_stops={pool_stops!r} must be True or False")
         check_resample_copies(resample_copies)
         check_resample_ranking(resample_ranking)
-        ranking = candidate_sampling(candidates, candidate_temperature, candidate_top_p, sampling)
-        resampling, first_resample = None, len(texts) * (candidates - 1)
+        if candidates != "auto":
+            candidate_sampling(candidates, candidate_temperature, candidate_top_p, sampling)  # checks it
+        chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
+        pieces, spaces = zip(*(move_spaces_into_gaps(split_gaps(t, gap_marker)) for t in texts), strict=True)
+        counts = candidate_counts(candidates, [list(p) for p in pieces])
+        # "auto" samples seeded (0 when unseeded), so the default call is reproducible.
+        ranked = replace(sampling, seed=0) if candidates == "auto" and seed is None else sampling
+        ranking = candidate_sampling(max(counts), candidate_temperature, candidate_top_p, ranked)
+        resampling, first_resample = None, len(texts) * (max(counts) - 1)
         if resample_copies:
             resampling = sample_settings(
                 candidate_temperature,
@@ -462,8 +475,6 @@ class Magnet:
                 replace(sampling, seed=0 if seed is None else seed),
                 "or resample_copies=0",
             )
-        chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
-        pieces, spaces = zip(*(move_spaces_into_gaps(split_gaps(t, gap_marker)) for t in texts), strict=True)
         check_line_breaks(line_breaks)
         if not isinstance(cut_unclosed, bool):
             raise ValueError(f"cut_unclosed={cut_unclosed!r} must be True or False")
@@ -503,8 +514,9 @@ class Magnet:
                 ]
                 kept = held[start : start + batch_size]
                 options = [[spans] for spans in fill(contexts, kept, sampling, start)]
-                if ranking is not None:
-                    extra = candidates - 1
+                extras = [n - 1 for n in counts[start : start + batch_size]]
+                if len(set(extras)) == 1 and extras[0]:  # every text ranked alike: one batched decode
+                    extra = extras[0]
                     sampled = fill(
                         [c for c in contexts for _ in range(extra)],
                         [k for k in kept for _ in range(extra)],
@@ -513,9 +525,15 @@ class Magnet:
                     )
                     for i, found in enumerate(options):
                         found += sampled[i * extra : (i + 1) * extra]
+                else:  # text i's candidate k is seeded as above: row (start + i) * extra + k
+                    for i, extra in enumerate(extras):
+                        if extra:
+                            options[i] += fill(
+                                [contexts[i]] * extra, [kept[i]] * extra, ranking, (start + i) * extra
+                            )
                 moved = spaces[start : start + batch_size]
                 for at, (segments, found, space) in enumerate(zip(chunk, options, moved, strict=True)):
-                    result = best_fill(self, segments, found, space, ranked=ranking is not None)
+                    result = best_fill(self, segments, found, space, ranked=counts[start + at] > 1)
                     if resampling is not None and copies_segments(result.spans, segments):
                         row = start + at
                         found = found + fill(

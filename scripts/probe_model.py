@@ -45,10 +45,10 @@ def main() -> None:
     magnet = Magnet.from_pretrained(args.model)
     # The model's plain fills, as every earlier phase was read; and the fills with Magnet.infill's
     # defaults (loop guard, copies resampled, unclosed fills cut: docs/results.md, "Loops in fills").
-    plain = {"no_repeat_ngram": 0, "resample_copies": 0, "cut_unclosed": False}
+    plain = {"no_repeat_ngram": 0, "resample_copies": 0, "cut_unclosed": False, "candidates": 1}
     greedy = magnet.infill(texts, max_new_tokens=8, **plain)
-    ranked = magnet.infill(texts, max_new_tokens=8, candidates=8, seed=0, **plain)
-    greedy_defaults = magnet.infill(texts, max_new_tokens=8)
+    ranked = magnet.infill(texts, max_new_tokens=8, seed=0, **{**plain, "candidates": 8})
+    greedy_defaults = magnet.infill(texts, max_new_tokens=8)  # candidates='auto' since 2026-12-07
 
     sampled = demo_continuations(magnet)
     result = {

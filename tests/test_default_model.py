@@ -103,8 +103,8 @@ def test_the_shipped_adapter_infills_in_its_own_layout_from_the_cache(default_ma
         "The Eiffel Tower is in [GAP], the capital of France.",
         "She opened the door. [GAP] It was raining.",
     ]
-    cached = default_magnet.infill(texts, max_new_tokens=8)
-    full = default_magnet.infill(texts, max_new_tokens=8, use_cache=False)
+    cached = default_magnet.infill(texts, max_new_tokens=8, candidates=1)
+    full = default_magnet.infill(texts, max_new_tokens=8, use_cache=False, candidates=1)
     assert [r.span_ids for r in cached] == [r.span_ids for r in full]
     assert all(r.spans[0].strip() for r in cached)  # a span gets at least one token
 
@@ -129,8 +129,8 @@ def test_every_layout_decodes_the_real_model_from_the_cache(default_magnet):
 
     text = "A dog [GAP] in the park while [GAP] play football."
     for name in INFILL_LAYOUTS:
-        cached = default_magnet.infill(text, max_new_tokens=5, layout=name)
-        full = default_magnet.infill(text, max_new_tokens=5, layout=name, use_cache=False)
+        cached = default_magnet.infill(text, max_new_tokens=5, layout=name, candidates=1)
+        full = default_magnet.infill(text, max_new_tokens=5, layout=name, use_cache=False, candidates=1)
         assert cached.span_ids == full.span_ids, name
 
 
@@ -184,7 +184,7 @@ def test_ranked_infills_state_the_fact_at_least_as_often_as_greedy_ones(default_
     # Measured (docs/results.md): the shipped adapter (phase 35) greedy 10 of 16, ranked 13 (phase 32 11 / 13; phase 27 12 / 14;
     # phase 11 13 / 14; phase 9 12 / 13).
     texts = [t for t, _ in INFILL_FACTS]
-    greedy = default_magnet.infill(texts, max_new_tokens=8)
+    greedy = default_magnet.infill(texts, max_new_tokens=8, candidates=1)
     ranked = default_magnet.infill(texts, max_new_tokens=8, candidates=8, seed=0)
 
     assert sum(infill_facts_stated(ranked)) >= sum(infill_facts_stated(greedy)), [r.spans[0] for r in ranked]

@@ -6,7 +6,7 @@ import pytest
 
 from magnetsdk.infilling import InfillResult
 from magnetsdk.testing import tiny_tokenizer
-from magnetsdk.unclosed import cut_unclosed, ends_inside_a_sentence, last_sentence_end
+from magnetsdk.unclosed import cut_unclosed, ends_inside_a_sentence, gap_inside_a_sentence, last_sentence_end
 
 
 def test_the_last_sentence_end_followed_by_a_space_is_where_a_fill_is_cut():
@@ -77,3 +77,22 @@ def test_infill_cuts_by_default_and_checks_the_option(llama_magnet):
         assert cut.spans == plain.spans
     with pytest.raises(ValueError, match="cut_unclosed='yes' must be True or False"):
         llama_magnet.infill(text, cut_unclosed="yes")
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "inside"),
+    [
+        ("The Eiffel Tower is in", ", the capital of France.", True),
+        ("Mating occurs in the summer ,", " carried by the females .", True),
+        ("It is old .", " it was built in 1900 .", True),  # the right side goes on a sentence
+        ("It is old .", " The tower was built in 1900 .", False),
+        ("It is old.", ' "Yes," he said.', False),
+        ("", " The museum reopened in 2010.", False),  # a gap at the start of the text
+        ("The museum reopened in 2010.", "", False),  # a gap at the end
+        ("He met Dr.", " Smith in 1990.", True),  # a title's full stop ends no sentence
+        ("It rose to 5 .", " 1990 was the peak .", False),
+        ("Most laps led .", " * Pole position", False),  # a list bullet
+    ],
+)
+def test_a_gap_inside_a_sentence_is_told_from_one_between_sentences(left, right, inside):
+    assert gap_inside_a_sentence(left, right) is inside

@@ -160,9 +160,9 @@ def test_a_fill_loops_from_the_unit_that_completes_a_repeated_run():
 
 
 COPYING = "b b b b b b b b [GAP] b b b b b b"  # a tiny random model's greedy fill repeats " b"
-# The resampling tests read it alone: without the default loop guard, ranked as they name.
-PLAIN = {"no_repeat_ngram": 0, "resample_copies": 0}
-UNGUARDED = {"no_repeat_ngram": 0}
+# The resampling tests read it alone: one greedy fill without the default loop guard, ranked as they name.
+PLAIN = {"no_repeat_ngram": 0, "resample_copies": 0, "candidates": 1}
+UNGUARDED = {"no_repeat_ngram": 0, "candidates": 1}
 
 
 def test_resample_copies_replaces_a_fill_that_copies_with_the_likeliest_that_does_not(llama_magnet):
@@ -241,13 +241,15 @@ def test_bad_resample_counts_are_refused_by_name(llama_magnet, count):
 
 
 def test_resampling_needs_a_sampling_temperature_and_says_how_to_turn_it_off(llama_magnet):
+    text, one = "The cat [GAP] on the mat.", {"candidates": 1}
     with pytest.raises(ValueError, match=r"candidate_temperature=0 .* or resample_copies=0"):
-        llama_magnet.infill("The cat [GAP] on the mat.", resample_copies=4, candidate_temperature=0)
+        llama_magnet.infill(text, resample_copies=4, candidate_temperature=0, **one)
     # On by default, so a temperature of 0 is refused without resample_copies=4 being given.
     with pytest.raises(ValueError, match=r"candidate_temperature=0 .* or resample_copies=0"):
-        llama_magnet.infill("The cat [GAP] on the mat.", candidate_temperature=0)
+        llama_magnet.infill(text, candidate_temperature=0, **one)
+    # The default candidates="auto" ranks this gap inside a sentence, so it says how to stop that too.
+    with pytest.raises(ValueError, match=r"candidate_temperature=0 .* or candidates=1"):
+        llama_magnet.infill(text, candidate_temperature=0, resample_copies=0)
     # Off, the resampling settings are not used, so they are not checked either.
-    off = llama_magnet.infill(
-        "The cat [GAP] on the mat.", candidate_temperature=0, resample_copies=0, max_new_tokens=2
-    )
+    off = llama_magnet.infill(text, candidate_temperature=0, resample_copies=0, max_new_tokens=2, **one)
     assert off.spans

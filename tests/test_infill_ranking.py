@@ -51,7 +51,7 @@ def test_the_most_likely_filled_text_wins(llama_magnet):
         assert candidate.log_likelihood - scores[0] == pytest.approx(reference - whole[0], abs=1e-3)
     assert scores[0] > whole[0]  # the shared beginning is not scored
     # The greedy fill is one of the candidates, and each filled text is scored once.
-    greedy = llama_magnet.infill(TEXT, max_new_tokens=5)
+    greedy = llama_magnet.infill(TEXT, max_new_tokens=5, candidates=1)
     assert greedy.spans in [c.spans for c in result.candidates] and greedy.candidates == []
     texts = ["The cat" + c.spans[0] + " on the mat." for c in result.candidates]
     assert len(set(texts)) == len(texts)
@@ -69,10 +69,12 @@ def test_ranked_fills_are_reproducible_and_follow_the_seeding_rule(llama_magnet)
 
 
 def test_ranking_options_are_checked(llama_magnet):
-    with pytest.raises(ValueError, match="candidates=0 must be an integer of at least 1"):
+    with pytest.raises(ValueError, match='candidates=0 must be "auto" or an integer of at least 1'):
         llama_magnet.infill(TEXT, candidates=0)
     with pytest.raises(ValueError, match="candidates=True"):
         llama_magnet.infill(TEXT, candidates=True)
+    with pytest.raises(ValueError, match="candidates='some'"):
+        llama_magnet.infill(TEXT, candidates="some")
     with pytest.raises(ValueError, match="candidate_temperature=0 would make every sampled fill the greedy"):
         llama_magnet.infill(TEXT, candidates=2, candidate_temperature=0, resample_copies=0)
     with pytest.raises(ValueError, match="top_p"):
@@ -141,3 +143,24 @@ def test_ranking_reads_a_window_around_where_the_fills_differ(llama_magnet):
     )
     assert means == pytest.approx([by_hand[0] / 10, by_hand[1] / 9], abs=1e-4)
     assert fill_log_likelihood(llama_magnet.model, [texts[0]], [], llama_magnet.pad_id) == [0.0]
+
+
+def test_auto_ranks_a_gap_inside_a_sentence_and_keeps_one_greedy_fill_between_sentences(llama_magnet):
+    from magnetsdk.unclosed import AUTO_CANDIDATES, candidate_counts
+
+    inside, between = TEXT, "The cat sat. [GAP] The dog ran."
+    assert candidate_counts("auto", [["The cat", " on the mat."], ["The cat sat.", " The dog ran."]]) == [
+        AUTO_CANDIDATES,
+        1,
+    ]
+    assert candidate_counts(3, [["a", "b"], ["c. ", " D"]]) == [3, 3]
+    both = llama_magnet.infill([inside, between], seed=0, max_new_tokens=4)  # candidates="auto"
+    assert both[0] == llama_magnet.infill(inside, candidates=AUTO_CANDIDATES, seed=0, max_new_tokens=4)
+    assert both[1] == llama_magnet.infill(between, candidates=1, seed=0, max_new_tokens=4)
+    assert both[0].candidates and both[1].candidates == []
+    # In a mixed call each ranked text's candidates are seeded as in a call that ranks them all.
+    ranked_alone = llama_magnet.infill(
+        [between, inside], candidates=AUTO_CANDIDATES, seed=0, max_new_tokens=4
+    )
+    mixed = llama_magnet.infill([between, inside], seed=0, max_new_tokens=4, batch_size=2)
+    assert mixed[1].candidates == ranked_alone[1].candidates

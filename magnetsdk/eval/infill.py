@@ -22,8 +22,9 @@ of each fill against the true span (:func:`word_f1`; many fills are right withou
 original, so it ranks, it does not grade). The fills use ``Magnet.infill``'s defaults (a loop
 guard, copies resampled, unclosed fills cut at a sentence end) unless the options set them:
 ``--no-repeat-ngram 0 --resample-copies 0 --no-cut-unclosed`` reads the model's plain greedy fills.
-``candidates > 1`` fills them the way ``Magnet.infill(candidates=N, seed=0)`` does: ranked by the
-filled text's likelihood. ``line_breaks`` is ``Magnet.infill``'s rule (default ``"auto"``: the
+``candidates`` fills them the way ``Magnet.infill(candidates=..., seed=0)`` does (``"auto"``, the
+default: 8 ranked for a gap inside a sentence, one greedy fill between sentences; N > 1: ranked by
+the filled text's likelihood). ``line_breaks`` is ``Magnet.infill``'s rule (default ``"auto"``: the
 items are single lines, so their fills keep to the line); the share of fills that break a line is
 reported either way, and ``"allow"`` measures how often the model itself would.
 """
@@ -153,7 +154,7 @@ def evaluate_infill(
     max_new_tokens: int = DEFAULT_INFILL_TOKENS,
     show_progress: bool = True,
     layouts: list[str] | None = None,
-    candidates: int = 1,
+    candidates: int | str = "auto",
     line_breaks: str = "auto",
     no_repeat_ngram: int | None = None,
     copy_guard: int | None = None,
