@@ -459,13 +459,12 @@ class Magnet:
             raise ValueError(f"pool_stops={pool_stops!r} must be True or False")
         check_resample_copies(resample_copies)
         check_resample_ranking(resample_ranking)
-        if candidates != "auto":
-            candidate_sampling(candidates, candidate_temperature, candidate_top_p, sampling)  # checks it
         chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
         pieces, spaces = zip(*(move_spaces_into_gaps(split_gaps(t, gap_marker)) for t in texts), strict=True)
         counts = candidate_counts(candidates, [list(p) for p in pieces])
         # "auto" samples seeded (0 when unseeded), so the default call is reproducible.
         ranked = replace(sampling, seed=0) if candidates == "auto" and seed is None else sampling
+        # Checks ``candidates`` too: a number is every text's count.
         ranking = candidate_sampling(max(counts), candidate_temperature, candidate_top_p, ranked)
         resampling, first_resample = None, len(texts) * (max(counts) - 1)
         if resample_copies:
