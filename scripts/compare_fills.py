@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from magnetsdk.eval.infill import copies_context, word_f1
+from magnetsdk.eval.infill import copies_context, stored_fills, word_f1
 
 SENTENCE_END = re.compile(r"\w[^.!?]*?[.!?](?=\s|$)")
 
@@ -28,7 +28,10 @@ def first_sentence(fill: str) -> str:
 
 
 def read_fills(path: Path) -> list[dict]:
-    stored = json.loads(path.read_text(encoding="utf-8"))["details"]["infills"]
+    try:
+        stored = stored_fills(path)
+    except (OSError, ValueError) as error:
+        raise SystemExit(str(error)) from None
     if len(stored) != 1:
         raise SystemExit(f"{path}: holds fills for {len(stored)} layouts ({', '.join(stored)}); expected one")
     return next(iter(stored.values()))

@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from magnetsdk.copies import COPY_WORDS, loop_offsets
+from magnetsdk.eval.infill import stored_fills
 from magnetsdk.files import atomic_write_text
 
 WORD = re.compile(r"\w+")
@@ -62,11 +63,11 @@ def avoided_offsets(fill: str, sides: list[str], keep: int = 2, size: int = COPY
     return offsets
 
 
-def negatives(result: dict, keep: int = 2, with_loops: bool = False) -> list[dict]:
-    """The copying (and with ``with_loops`` the looping) fills of one ``magnet eval infill`` result,
-    each with its ``avoid`` offsets."""
+def negatives(stored: dict[str, list[dict]], keep: int = 2, with_loops: bool = False) -> list[dict]:
+    """The copying (and with ``with_loops`` the looping) fills of one ``magnet eval infill`` result's
+    stored fills (:func:`~magnetsdk.eval.infill.stored_fills`), each with its ``avoid`` offsets."""
     out = []
-    for fills in result["details"]["infills"].values():
+    for fills in stored.values():
         for item in fills:
             sides = [item["left"], item["right"]]
             avoid = avoided_offsets(item["generated"], sides, keep)
@@ -92,10 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--keep {args.keep} must be >= 0")
     records: list[dict] = []
     for path in args.results:
-        result = json.loads(path.read_text(encoding="utf-8"))
-        if "infills" not in result.get("details", {}):
-            parser.error(f"{path} holds no fills: run magnet eval infill with --generate N")
-        records.extend(negatives(result, args.keep, args.loops))
+        try:
+            stored = stored_fills(path)
+        except (OSError, ValueError) as error:
+            parser.error(str(error))
+        records.extend(negatives(stored, args.keep, args.loops))
     atomic_write_text(args.output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     words = sum(len(r["avoid"]) for r in records)
     kind = "copying or looping" if args.loops else "copying"

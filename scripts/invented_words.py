@@ -25,6 +25,7 @@ import json
 import re
 from pathlib import Path
 
+from magnetsdk.eval.infill import stored_fills
 from magnetsdk.files import atomic_write_text
 
 RESPELT_SIMILARITY = 0.8
@@ -102,7 +103,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--output writes the counts of one result: give one file")
     vocabulary = set(words(args.reference.read_text(encoding="utf-8")))
     for path in args.results:
-        stored = json.loads(path.read_text(encoding="utf-8"))["details"]["infills"]
+        try:
+            stored = stored_fills(path)
+        except (OSError, ValueError) as error:
+            parser.error(str(error))
         if args.output and len(stored) != 1:
             parser.error(f"{path} holds fills of {sorted(stored)}: --output needs one layout")
         for layout, fills in stored.items():

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from magnetsdk.copies import loops
+from magnetsdk.eval.infill import stored_fills
 from magnetsdk.files import atomic_write_text
 
 
@@ -43,9 +44,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.output and len(args.results) != 1:
         parser.error("--output writes the counts of one result: give one file")
     for path in args.results:
-        stored = json.loads(path.read_text(encoding="utf-8")).get("details", {}).get("infills")
-        if not stored:
-            parser.error(f"{path} holds no fills: run magnet eval infill with --generate N")
+        try:
+            stored = stored_fills(path)
+        except (OSError, ValueError) as error:
+            parser.error(str(error))
         if args.output and len(stored) != 1:
             parser.error(f"{path} holds fills of {sorted(stored)}: --output needs one layout")
         for layout, fills in stored.items():

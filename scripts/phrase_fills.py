@@ -3,7 +3,8 @@
 A gap inside a sentence (``build_infill_set.py --phrase N``: a run of 1..N words) wants a short fill
 that hands over to the right side. This reads the fills a ``magnet eval infill --generate N`` JSON
 stores and counts, beside word F1 with the true span (:func:`magnetsdk.eval.infill.word_f1`), the fills
-that hold a sentence-ending mark (no true span of such items does), the fills of at most
+that hold a sentence end (:func:`magnetsdk.unclosed.sentence_ends`, the rule that cuts unclosed
+fills: a title, an initial or "e.g." does not end one; no true span of such items holds one), the fills of at most
 ``--short`` words, the exact fills, and copies and loops as ``magnet eval infill`` counts them.
 
     python scripts/phrase_fills.py benchmarks/results/phrase-gaps-2026-12-07/p35-phrase-dev-c1.json
@@ -14,17 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 
 from magnetsdk.copies import loops
-from magnetsdk.eval.infill import copies_context, word_f1
+from magnetsdk.eval.infill import copies_context, stored_fills, word_f1
 from magnetsdk.files import atomic_write_text
-
-# A full stop, question or exclamation mark that ends a sentence inside a fill or at its end.
-_SENTENCE_END = re.compile(r"[.!?](?=\s|$|[\"')\]])")
+from magnetsdk.unclosed import sentence_ends
 
 
 def counts(fills: list[dict], short: int = 8) -> dict[str, float]:
@@ -34,8 +32,8 @@ def counts(fills: list[dict], short: int = 8) -> dict[str, float]:
         "fills": len(fills),
         "gold_f1": float(np.mean([word_f1(f["generated"], f["gold"]) for f in fills])),
         "exact": sum(f["generated"].strip() == f["gold"].strip() for f in fills),
-        "sentence_end": sum(bool(_SENTENCE_END.search(g.strip())) for g in generated),
-        "gold_sentence_end": sum(bool(_SENTENCE_END.search(f["gold"].strip())) for f in fills),
+        "sentence_end": sum(bool(sentence_ends(g.strip())) for g in generated),
+        "gold_sentence_end": sum(bool(sentence_ends(f["gold"].strip())) for f in fills),
         "short": sum(len(g.split()) <= short for g in generated),
         "mean_words": float(np.mean([len(g.split()) for g in generated])),
         "copies": sum(copies_context(f["generated"], f["left"], f["right"]) for f in fills),
@@ -54,9 +52,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.output and len(args.results) != 1:
         parser.error("--output writes the figures of one result: give one file")
     for path in args.results:
-        stored = json.loads(path.read_text(encoding="utf-8")).get("details", {}).get("infills")
-        if not stored:
-            parser.error(f"{path} holds no fills: run magnet eval infill with --generate N")
+        try:
+            stored = stored_fills(path)
+        except (OSError, ValueError) as error:
+            parser.error(str(error))
         for layout, fills in stored.items():
             found = counts(fills, args.short)
             if args.output:

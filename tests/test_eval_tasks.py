@@ -19,6 +19,7 @@ from magnetsdk.eval.infill import (
     evaluate_infill,
     left_only_sequence,
     read_infill_items,
+    stored_fills,
     tokenize_items,
 )
 from magnetsdk.eval.lm import evaluate_lm, windows
@@ -138,6 +139,14 @@ def test_evaluate_infill_reports_both_perplexities(base, tmp_path):
         [ends_inside_a_sentence(i["generated"]) for i in infills]
     )
     assert result.figures["cut_rate"] == np.mean([i["cut"] for i in infills])
+    saved = result.save(tmp_path / "result.json")
+    assert stored_fills(saved) == {"magnet": infills}  # what the fill-reading scripts read back
+    result.details.pop("infills")
+    with pytest.raises(ValueError, match="no stored fills: write it with .* --generate N"):
+        stored_fills(result.save(tmp_path / "no-fills.json"))
+    (tmp_path / "broken.json").write_text('{"details": ', encoding="utf-8")
+    with pytest.raises(ValueError, match="broken.json is not a magnet eval infill JSON result"):
+        stored_fills(tmp_path / "broken.json")
     assert result.figures["gold_loop_rate"] == np.mean([loops(i.span) for i in ITEMS[:2]])
     assert result.data[0]["sha256"] and result.model["model"] == "tiny-llama"
     assert read_infill_items(path, limit=1) == ITEMS[:1]

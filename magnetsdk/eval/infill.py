@@ -32,6 +32,7 @@ reported either way, and ``"allow"`` measures how often the model itself would.
 from __future__ import annotations
 
 import inspect
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -143,6 +144,21 @@ def word_f1(generated: str, gold: str) -> float:
         return 0.0
     precision, recall = shared / sum(ours.values()), shared / sum(theirs.values())
     return 2 * precision * recall / (precision + recall)
+
+
+def stored_fills(path: str | Path) -> dict[str, list[dict]]:
+    """The fills a ``magnet eval infill --generate N`` JSON stores, by layout: each a dict with
+    "left", "gold", "generated" and "right"."""
+    try:
+        result = json.loads(read_text(path))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not a magnet eval infill JSON result: {error}") from None
+    fills = result.get("details", {}).get("infills") if isinstance(result, dict) else None
+    if not fills:
+        raise ValueError(
+            f"{path} holds no stored fills: write it with magnet eval infill ... --generate N (N > 0)"
+        )
+    return fills
 
 
 def evaluate_infill(
