@@ -78,7 +78,7 @@ def copies_segments(spans: Sequence[str], segments: Sequence[str]) -> bool:
 
 
 # How ``Magnet.infill(resample_copies=N)`` ranks the fills that may replace a copy. "total": as
-# ``candidates=`` ranks, each fill and its ``infilling.shorter_spans`` cuts by summed log-likelihood,
+# ``candidates=`` ranks, each fill and its ``ranking.shorter_spans`` cuts by summed log-likelihood,
 # which a short text wins (" In 1985," before a whole sentence). "per-token": the decoded fills
 # alone, by mean log-likelihood per scored token (docs/results.md, "Resampling fills that copy").
 RESAMPLE_RANKINGS = ("total", "per-token")

@@ -50,13 +50,10 @@ from magnetsdk.generation import GenerationSettings, generate_texts
 from magnetsdk.infilling import (
     DEFAULT_GAP_MARKER,
     InfillResult,
-    best_fill,
-    candidate_sampling,
     decode_spans,
     line_break_ids,
     may_break_lines,
     move_spaces_into_gaps,
-    sample_settings,
     split_gaps,
 )
 from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, resolve_layout_tokens
@@ -69,6 +66,7 @@ from magnetsdk.loading import (
     pick_dtype,
     resolve,
 )
+from magnetsdk.ranking import best_fill, candidate_sampling, sample_settings
 from magnetsdk.unclosed import candidate_counts
 from magnetsdk.unclosed import cut_unclosed as cut_unclosed_fills
 
@@ -411,7 +409,7 @@ class Magnet:
         fill for a text whose gaps sit between sentences; measured on both kinds of gap
         (``docs/results.md``, "Gaps inside a sentence"). Unseeded, ``"auto"`` samples as with
         ``seed=0``, so the default call gives the same fill every time. The filled text the
-        model itself finds most likely, read left to right, wins (see :mod:`magnetsdk.infilling`);
+        model itself finds most likely, read left to right, wins (see :mod:`magnetsdk.ranking`);
         ``InfillResult.candidates`` lists every distinct fill with its log-likelihood. Sampled
         candidate ``k`` (1..N-1) of the call's text ``i`` is seeded ``seed + i * (N - 1) + k - 1``,
         so a seeded call is reproducible; unseeded, the candidates differ from call to call.

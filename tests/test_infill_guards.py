@@ -205,7 +205,8 @@ def test_resample_copies_leaves_fills_that_do_not_copy_alone(llama_magnet):
 
 def test_per_token_resampling_ranks_whole_fills_by_their_mean(llama_magnet):
     from magnetsdk.copies import copies_segments
-    from magnetsdk.infilling import fill_log_likelihood, split_gaps
+    from magnetsdk.infilling import split_gaps
+    from magnetsdk.ranking import fill_log_likelihood
 
     magnet = llama_magnet
     segments = split_gaps(COPYING, "[GAP]")

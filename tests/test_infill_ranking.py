@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from magnetsdk.eval.infill import evaluate_infill, word_f1
-from magnetsdk.infilling import fill_log_likelihood, shorter_spans
+from magnetsdk.ranking import fill_log_likelihood, shorter_spans
 
 TEXT = "The cat [GAP] on the mat."
 
@@ -111,7 +111,7 @@ def test_eval_infill_ranks_the_generated_fills(llama_magnet, tmp_path):
 
 
 def test_a_fill_without_a_word_is_ranked_only_when_every_fill_lacks_one(llama_magnet):
-    from magnetsdk.infilling import best_fill
+    from magnetsdk.ranking import best_fill
 
     tokenizer = llama_magnet.tokenizer
     comma, word = (tokenizer(s, add_special_tokens=False)["input_ids"] for s in (" ,", " sat"))
