@@ -28,6 +28,7 @@ from magnetsdk.cli.options import (
     pool_stops_option,
     resample_copies_option,
     resample_ranking_option,
+    whole_sentences_option,
 )
 from magnetsdk.cli.output import emit, format_option
 
@@ -317,6 +318,7 @@ def repetition(
 @resample_ranking_option
 @pool_stops_option
 @cut_unclosed_option
+@whole_sentences_option
 @_common
 def infill(
     file,
@@ -332,6 +334,7 @@ def infill(
     resample_ranking,
     pool_stops,
     cut_unclosed,
+    whole_sentences,
     limit,
     output,
     fmt,
@@ -366,6 +369,7 @@ def infill(
             resample_ranking=resample_ranking,
             pool_stops=pool_stops,
             cut_unclosed=cut_unclosed,
+            whole_sentences=whole_sentences,
         ),
     )
 

@@ -110,6 +110,13 @@ pool_stops_option = click.option(
     "[default: Magnet.infill's].",
 )
 
+# ``Magnet.infill(whole_sentences=...)``.
+whole_sentences_option = click.option(
+    "--whole-sentences/--no-whole-sentences",
+    default=None,
+    help="Keep a gap between whole sentences open until its fill ends a sentence [default: Magnet.infill's].",
+)
+
 # ``Magnet.infill(cut_unclosed=...)``.
 cut_unclosed_option = click.option(
     "--cut-unclosed/--no-cut-unclosed",

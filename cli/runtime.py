@@ -18,6 +18,7 @@ from magnetsdk.cli.options import (
     pool_stops_option,
     resample_copies_option,
     resample_ranking_option,
+    whole_sentences_option,
 )
 from magnetsdk.cli.output import emit, format_option, print_fields, print_table
 
@@ -135,6 +136,7 @@ def encode(
 @resample_ranking_option
 @pool_stops_option
 @cut_unclosed_option
+@whole_sentences_option
 @_FORMAT
 def infill(
     texts,
@@ -158,6 +160,7 @@ def infill(
     resample_ranking,
     pool_stops,
     cut_unclosed,
+    whole_sentences,
     fmt,
 ):
     """Fill the gaps marked in each text (default marker: [GAP]) using both sides."""
@@ -187,6 +190,7 @@ def infill(
                 resample_ranking=resample_ranking,
                 pool_stops=pool_stops,
                 cut_unclosed=cut_unclosed,
+                whole_sentences=whole_sentences,
             ),
         )
     except (TypeError, ValueError) as error:

@@ -138,6 +138,10 @@ class SpanProgram:
     # there; a span may not pick one of those after the same run (see :func:`context_runs`).
     copy_guard: int = 0
     context_next: dict[tuple[int, ...], frozenset[int]] = field(default_factory=dict)
+    # Whole sentences: a gap marked True here (one between sentences) may be closed by END or EOS
+    # only right after a token in ``sentence_final`` (one that ends a sentence) that is not the span's first.
+    sentence_gaps: Sequence[bool] = ()
+    sentence_final: frozenset[int] = frozenset()
     spans: list[list[int]] = field(default_factory=list)
     current: list[int] = field(default_factory=list)
     force: int | None = None  # the SPAN that opens the next gap, decided last step
@@ -152,11 +156,20 @@ class SpanProgram:
         # close every span after a full stop at once).
         if self.force is not None:
             return ()
-        held = self.held_back if self.current else self.held_back | self.stop_ids
+        held = self.held_back if self.may_close() else self.held_back | self.stop_ids
         if self.copy_guard and len(self.current) >= self.copy_guard - 1:
             run = tuple(self.current[len(self.current) - self.copy_guard + 1 :])
             held = held | self.context_next.get(run, frozenset())
         return sorted(held)
+
+    def may_close(self) -> bool:
+        """Whether END or EOS may close the current span now."""
+        if not self.current:
+            return False
+        gap = len(self.spans)
+        whole = gap < len(self.sentence_gaps) and self.sentence_gaps[gap]
+        # One sentence-final token alone (" .") is no sentence.
+        return not whole or (len(self.current) > 1 and self.current[-1] in self.sentence_final)
 
     def advance(self, choice: int) -> int | None:
         if self.done:
@@ -193,6 +206,8 @@ def decode_spans(
     held_back: Sequence[frozenset[int]] | None = None,
     copy_guard: int = 0,
     pool_stops: bool = False,
+    sentence_gaps: Sequence[Sequence[bool]] | None = None,
+    sentence_final_ids: frozenset[int] = frozenset(),
 ) -> list[list[list[int]]]:
     """Decode the spans of a batch of texts; ``contexts[i]`` is text ``i``'s token segments.
 
@@ -200,10 +215,13 @@ def decode_spans(
     ``max_new_tokens`` tokens if the model has not closed it. ``held_back[i]``, when given, are
     tokens text ``i``'s spans may not hold (see :func:`line_break_ids`). ``copy_guard=N`` (0: off)
     keeps every span from holding a run of N tokens of its text's context; ``pool_stops`` picks END
-    and EOS as one token (:func:`magnetsdk.decoding.pool_tokens`). ``step_logits`` collects each step's logits.
+    and EOS as one token (:func:`magnetsdk.decoding.pool_tokens`). ``sentence_gaps[i][j]`` True keeps
+    text ``i``'s gap ``j`` open until its span ends on one of ``sentence_final_ids``
+    (:func:`magnetsdk.unclosed.sentence_final_ids`) or reaches ``max_new_tokens``. ``step_logits`` collects each step's logits.
     """
-    if held_back is not None and len(held_back) != len(contexts):
-        raise ValueError(f"held_back has {len(held_back)} entries for {len(contexts)} texts")
+    for name, given in (("held_back", held_back), ("sentence_gaps", sentence_gaps)):
+        if given is not None and len(given) != len(contexts):
+            raise ValueError(f"{name} has {len(given)} entries for {len(contexts)} texts")
     layout = infill_layout(layout)
     prompts = []
     for segments in contexts:
@@ -220,8 +238,15 @@ def decode_spans(
             held,
             copy_guard,
             context_runs(segments, copy_guard) if copy_guard else {},
+            whole,
+            sentence_final_ids,
         )
-        for segments, held in zip(contexts, held_back or [frozenset()] * len(contexts), strict=True)
+        for segments, held, whole in zip(
+            contexts,
+            held_back or [frozenset()] * len(contexts),
+            sentence_gaps or [()] * len(contexts),
+            strict=True,
+        )
     ]
     decode(
         model,

@@ -39,6 +39,7 @@ from magnetsdk.copies import (
     DEFAULT_NO_REPEAT_NGRAM,
     DEFAULT_RESAMPLE_COPIES,
     DEFAULT_RESAMPLE_RANKING,
+    DEFAULT_WHOLE_SENTENCES,
     check_resample_copies,
     check_resample_ranking,
     copies_segments,
@@ -67,7 +68,7 @@ from magnetsdk.loading import (
     resolve,
 )
 from magnetsdk.ranking import best_fill, candidate_sampling, sample_settings
-from magnetsdk.unclosed import candidate_counts
+from magnetsdk.unclosed import between_sentences, candidate_counts, sentence_final_ids
 from magnetsdk.unclosed import cut_unclosed as cut_unclosed_fills
 
 if TYPE_CHECKING:  # magnetsdk.index imports faiss; Magnet only calls an index it is given
@@ -215,6 +216,11 @@ class Magnet:
     def prefix(self) -> list[int]:
         """The tokens the tokenizer puts before any text (a BOS), which every layout starts with."""
         return list(self._prefix)
+
+    @functools.cached_property
+    def _sentence_final_ids(self) -> frozenset[int]:
+        """The tokens after which a fill of a gap between sentences may close (found once, on first use)."""
+        return sentence_final_ids(self.tokenizer)
 
     @functools.cached_property
     def _line_break_ids(self) -> frozenset[int]:
@@ -394,6 +400,7 @@ class Magnet:
         candidate_top_p: float = 0.95,
         line_breaks: str = "auto",
         cut_unclosed: bool = DEFAULT_CUT_UNCLOSED,
+        whole_sentences: bool = DEFAULT_WHOLE_SENTENCES,
     ) -> InfillResult | list[InfillResult]:
         """Fill each ``gap_marker`` in ``text`` (or the gap between ``left`` and ``right``).
 
@@ -439,6 +446,10 @@ class Magnet:
         ``cut_unclosed=True`` (the default) cuts a fill that reached ``max_new_tokens`` without
         closing after its last whole sentence, when it holds one (:mod:`magnetsdk.unclosed`;
         ``InfillResult.cut``); ``False`` returns the fill as decoded.
+
+        ``whole_sentences=True`` keeps a gap between whole sentences (the right side starts one, the
+        left side is empty or ends one: ``unclosed.between_sentences``) open until its fill ends a
+        sentence (or reaches ``max_new_tokens``): the model may not close it after a fragment.
         """
         if text is None:
             if left is None and right is None:
@@ -475,9 +486,19 @@ class Magnet:
         check_line_breaks(line_breaks)
         if not isinstance(cut_unclosed, bool):
             raise ValueError(f"cut_unclosed={cut_unclosed!r} must be True or False")
+        if not isinstance(whole_sentences, bool):
+            raise ValueError(f"whole_sentences={whole_sentences!r} must be True or False")
+        sentence_gaps = [
+            tuple(whole_sentences and between_sentences(p[j], p[j + 1]) for j in range(len(p) - 1))
+            for p in pieces
+        ]
 
         def fill(
-            rows: list[list[list[int]]], kept: list[frozenset[int]], how: Sampling, first: int
+            rows: list[list[list[int]]],
+            kept: list[frozenset[int]],
+            whole: list[tuple[bool, ...]],
+            how: Sampling,
+            first: int,
         ) -> list[list[list[int]]]:
             """The span ids of each row's gaps, decoded ``batch_size`` rows at a time."""
             found: list[list[list[int]]] = []
@@ -497,6 +518,8 @@ class Magnet:
                     held_back=kept[at : at + batch_size],
                     copy_guard=copy_guard,
                     pool_stops=pool_stops,
+                    sentence_gaps=whole[at : at + batch_size],
+                    sentence_final_ids=self._sentence_final_ids if any(map(any, whole)) else frozenset(),
                 )
             return found
 
@@ -510,13 +533,15 @@ class Magnet:
                     for segments in chunk
                 ]
                 kept = held[start : start + batch_size]
-                options = [[spans] for spans in fill(contexts, kept, sampling, start)]
+                whole = sentence_gaps[start : start + batch_size]
+                options = [[spans] for spans in fill(contexts, kept, whole, sampling, start)]
                 extras = [n - 1 for n in counts[start : start + batch_size]]
                 if len(set(extras)) == 1 and extras[0]:  # every text ranked alike: one batched decode
                     extra = extras[0]
                     sampled = fill(
                         [c for c in contexts for _ in range(extra)],
                         [k for k in kept for _ in range(extra)],
+                        [w for w in whole for _ in range(extra)],
                         ranking,
                         start * extra,
                     )
@@ -526,7 +551,11 @@ class Magnet:
                     for i, extra in enumerate(extras):
                         if extra:
                             options[i] += fill(
-                                [contexts[i]] * extra, [kept[i]] * extra, ranking, (start + i) * extra
+                                [contexts[i]] * extra,
+                                [kept[i]] * extra,
+                                [whole[i]] * extra,
+                                ranking,
+                                (start + i) * extra,
                             )
                 moved = spaces[start : start + batch_size]
                 for at, (segments, found, space) in enumerate(zip(chunk, options, moved, strict=True)):
@@ -536,6 +565,7 @@ class Magnet:
                         found = found + fill(
                             [contexts[at]] * resample_copies,
                             [kept[at]] * resample_copies,
+                            [whole[at]] * resample_copies,
                             resampling,
                             first_resample + row * resample_copies,
                         )

@@ -121,3 +121,28 @@ def gap_inside_a_sentence(left: str, right: str) -> bool:
     if before and ends_inside_a_sentence(before):
         return True
     return bool(after) and not (after[0].isupper() or after[0].isdigit() or after[0] in "\"'(<[*•")
+
+
+def between_sentences(left: str, right: str) -> bool:
+    """Whether a gap sits between whole sentences with text after it: the right side starts a
+    sentence and the left side is empty or ends one (``Magnet.infill(whole_sentences=True)`` keeps
+    such a gap open until its fill ends a sentence)."""
+    return bool(right.strip()) and not gap_inside_a_sentence(left, right)
+
+
+# The marks a sentence-final token may end with after its sentence end (WikiText spaces them).
+_TRAILING_CLOSERS = " \"')]\u201d\u2019"
+
+
+def sentence_final_ids(tokenizer: Any) -> frozenset[int]:
+    """The ids of every token whose text ends a sentence: ".", "!" or "?", then only closing quotes,
+    brackets or spaces (" .", "!\"", ".)"); special tokens aside. A title's full stop ("Mr.") is
+    one too: a token does not know the word before it."""
+    special = set(tokenizer.all_special_ids)
+    ids = [i for i in range(len(tokenizer)) if i not in special]
+    texts = tokenizer.batch_decode([[i] for i in ids])
+    return frozenset(
+        i
+        for i, text in zip(ids, texts, strict=True)
+        if text.rstrip(_TRAILING_CLOSERS)[-1:] in (".", "!", "?")
+    )

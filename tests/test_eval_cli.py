@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 from magnetsdk.cli.main import cli
 
+from magnetsdk.copies import DEFAULT_WHOLE_SENTENCES
 from magnetsdk.eval.result import EvalResult
 from magnetsdk.testing import tiny_model, tiny_tokenizer
 
@@ -77,12 +78,29 @@ def run(*args: str):
         ),
         (
             "infill",
-            ["items.jsonl", "--generate", "2", "--max-new-tokens", "6", "--no-cut-unclosed"],
+            [
+                "items.jsonl",
+                "--generate",
+                "2",
+                "--max-new-tokens",
+                "6",
+                "--no-cut-unclosed",
+                "--whole-sentences",
+            ],
             "cut_rate",
         ),
         (
             "infill",
-            ["items.jsonl", "--generate", "2", "--resample-copies", "4", "--resample-ranking", "total"],
+            [
+                "items.jsonl",
+                "--generate",
+                "2",
+                "--resample-copies",
+                "4",
+                "--resample-ranking",
+                "total",
+                "--no-whole-sentences",
+            ],
             "resampled_rate",
         ),
         ("probe", ["train.conll", "train.conll"], "accuracy"),
@@ -106,6 +124,9 @@ def test_each_task_writes_a_result_and_prints_its_table(model_dir, data, tmp_pat
         assert stored.settings["no_repeat_ngram"] == (2 if "--no-repeat-ngram" in arguments else 4)
         assert stored.settings["copy_guard"] == 0
         assert stored.settings["cut_unclosed"] == ("--no-cut-unclosed" not in arguments)
+        given = {"--whole-sentences": True, "--no-whole-sentences": False}
+        asked = [given[a] for a in arguments if a in given]
+        assert stored.settings["whole_sentences"] == (asked[0] if asked else DEFAULT_WHOLE_SENTENCES)
         assert stored.settings["resample_ranking"] == (
             "total" if "--resample-ranking" in arguments else "per-token"
         )

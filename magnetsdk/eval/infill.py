@@ -178,6 +178,7 @@ def evaluate_infill(
     resample_ranking: str | None = None,
     pool_stops: bool | None = None,
     cut_unclosed: bool | None = None,
+    whole_sentences: bool | None = None,
 ) -> EvalResult:
     """Span perplexity with both sides in each layout (default: the model's own), the shuffled-right
     control, and the left side only; optionally greedy fills of the first ``generate`` items."""
@@ -266,6 +267,7 @@ def evaluate_infill(
                     resample_ranking=resample_ranking,
                     pool_stops=pool_stops,
                     cut_unclosed=cut_unclosed,
+                    whole_sentences=whole_sentences,
                 ),
             )
             cut = [bool(r.cut and r.cut[0]) for r in filled]
@@ -356,6 +358,7 @@ def evaluate_infill(
                     ("resample_ranking", resample_ranking),
                     ("pool_stops", pool_stops),
                     ("cut_unclosed", cut_unclosed),
+                    ("whole_sentences", whole_sentences),
                 )
             },
             "layouts": [layout.name for layout in chosen],
