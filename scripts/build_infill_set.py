@@ -3,7 +3,9 @@
 With ``--phrase N`` a run of 1..N words is removed from inside that sentence instead (never its first
 word or its closing mark; only words holding a letter or a digit): the gaps a user marks inside a
 sentence ("The Eiffel Tower is in [GAP], the capital of France."), which whole-sentence items never
-test.
+test. With ``--at-start`` the paragraph's first sentence is removed instead (an empty left side,
+no leading space in the span): the gap a user marks at the start of a text ("[GAP] The museum
+reopened in 2020.").
 
 Each line of the output jsonl is ``{"left", "span", "right", "line"}``: up to ``--context``
 sentences before the removed sentence, the sentence itself (with its leading space, so the three
@@ -48,6 +50,7 @@ def build(
     first_line: int = 1,
     last_line: int | None = None,
     phrase: int = 0,
+    at_start: bool = False,
 ) -> list[dict[str, object]]:
     rng = random.Random(seed)
     out: list[dict[str, object]] = []
@@ -58,9 +61,8 @@ def build(
         if not text or text.startswith("="):
             continue
         sentences = sentences_of(text)
-        inner = [
-            i for i in range(1, len(sentences) - 1) if min_words <= len(sentences[i].split()) <= max_words
-        ]
+        kept = range(0, min(1, len(sentences) - 1)) if at_start else range(1, len(sentences) - 1)
+        inner = [i for i in kept if min_words <= len(sentences[i].split()) <= max_words]
         if not inner:
             continue
         k = rng.choice(inner)
@@ -73,7 +75,7 @@ def build(
             before, span, after = cut
             left, right = f"{left} {before}", f" {after} {right}"
         else:
-            span, right = " " + sentences[k], " " + right
+            span, right = (" " if left else "") + sentences[k], " " + right
         out.append({"left": left, "span": span, "right": right, "line": number})
         if len(out) >= items:
             break
@@ -114,6 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         help="Remove a run of 1..N words inside the sentence instead.",
     )
     parser.add_argument(
+        "--at-start",
+        action="store_true",
+        help="Remove each paragraph's first sentence instead (a gap at the start of a text).",
+    )
+    parser.add_argument(
         "--lines",
         default=None,
         metavar="A-B",
@@ -131,8 +138,19 @@ def main(argv: list[str] | None = None) -> int:
     lines = args.source.read_text(encoding="utf-8").splitlines()
     if args.phrase < 0:
         parser.error(f"--phrase {args.phrase} must be >= 0 (0: remove the whole sentence)")
+    if args.phrase and args.at_start:
+        parser.error("--phrase and --at-start remove different gaps: give one of them")
     records = build(
-        lines, args.items, args.context, args.min_words, args.max_words, args.seed, first, last, args.phrase
+        lines,
+        args.items,
+        args.context,
+        args.min_words,
+        args.max_words,
+        args.seed,
+        first,
+        last,
+        args.phrase,
+        args.at_start,
     )
     if len(records) < args.items:
         print(f"only {len(records)} paragraphs qualify (asked for {args.items})", file=sys.stderr)

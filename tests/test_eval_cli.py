@@ -266,3 +266,18 @@ def test_infill_set_phrase_items_remove_words_inside_a_sentence(infill_set):
         assert all(w[0].isalnum() for w in words)  # no comma, no closing mark
         assert record["left"].split()[-1] not in {".", "?"}  # never the sentence's first word
     assert {len(r["span"].split()) for r in records} == {1, 2, 3}
+
+
+def test_infill_set_start_items_remove_the_first_sentence(infill_set, tmp_path):
+    paragraph = " One two three four five . Six seven , eight nine ten ? Eleven twelve thirteen fourteen . "
+    records = infill_set.build(
+        [paragraph, " Too short . Six seven eight nine ten . "], 5, 3, 5, 40, 0, at_start=True
+    )
+    assert len(records) == 1  # the second paragraph's first sentence is under 5 words
+    (record,) = records
+    assert record["left"] == "" and record["span"] == "One two three four five ."
+    assert record["span"] + record["right"] == paragraph.strip()
+    source = tmp_path / "wiki.tokens"
+    source.write_text(paragraph + "\n")
+    with pytest.raises(SystemExit):
+        infill_set.main([str(source), "--at-start", "--phrase", "2", "-o", str(tmp_path / "x.jsonl")])

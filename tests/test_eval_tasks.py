@@ -182,9 +182,27 @@ def test_infill_file_errors_name_the_line(tmp_path):
     path.write_text('{"left": "a", "span": "b", "right": "c"}\n{"left": "a"}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"bad.jsonl:2: expected an object"):
         read_infill_items(path)
-    path.write_text('{"left": "", "span": "b", "right": "c"}\n', encoding="utf-8")
-    with pytest.raises(ValueError, match="non-empty"):
+    path.write_text('{"left": "a", "span": " ", "right": "c"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="bad.jsonl:1: the span must be non-empty"):
         read_infill_items(path)
+
+
+def test_a_gap_at_the_start_of_a_text_is_read_after_an_end_of_text_token(base, tmp_path):
+    path = tmp_path / "start.jsonl"
+    items = [
+        InfillItem("", "The dog runs in the park.", " Rain fell on the roof."),
+        InfillItem("", "She sells sea shells.", " Water boils."),
+    ]
+    path.write_text("".join(json.dumps(i.__dict__) + "\n" for i in items), encoding="utf-8")
+    tokenized = tokenize_items(base, read_infill_items(path))[0]
+    assert base.prefix == []  # the tiny tokenizer adds no BOS, as SmolLM2's does not
+    left = left_only_sequence(base, tokenized)
+    assert left.input_ids == [base.tokenizer.eos_token_id, *tokenized.span]
+    assert left.target_positions == list(range(len(tokenized.span))) and left.targets == tokenized.span
+    result = evaluate_infill(base, path, generate=2, max_new_tokens=4, show_progress=False, layouts=["spm"])
+    spans = [len(t.span) for t in tokenize_items(base, items)]
+    assert result.figures["span_tokens"] == sum(spans) and result.figures["ppl_left_only"] > 1
+    assert [f["left"] for f in result.details["infills"]["spm"]] == ["", ""]
 
 
 def test_lm_windows_and_perplexity(base, tmp_path):

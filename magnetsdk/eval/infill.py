@@ -67,11 +67,8 @@ def read_infill_items(path: str | Path, limit: int | None = None) -> list[Infill
         record, number = row.fields, row.line
         if not all(isinstance(record.get(k), str) for k in ("left", "span", "right")):
             raise ValueError(f'{source}:{number}: expected an object with "left", "span" and "right" strings')
-        if not record["left"].strip() or not record["span"].strip():
-            raise ValueError(
-                f"{source}:{number}: the left text and the span must be non-empty (the left-only "
-                "perplexity needs a left context to predict the first span token from)"
-            )
+        if not record["span"].strip():
+            raise ValueError(f"{source}:{number}: the span must be non-empty (it is what is scored)")
         items.append(InfillItem(record["left"], record["span"], record["right"]))
         if limit is not None and len(items) >= limit:
             break
@@ -110,9 +107,18 @@ def both_sides_sequence(
 
 
 def left_only_sequence(magnet: Any, item: TokenizedItem) -> ScoredSequence:
-    ids = magnet.prefix + item.left + item.span
-    first = len(magnet.prefix) + len(item.left)
-    return ScoredSequence(ids, list(range(first - 1, first - 1 + len(item.span))), item.span)
+    """The span read causally after the left side; a gap at the text's start (an empty left side,
+    no BOS) is read after an end-of-text token, as the text's first token follows a document."""
+    before = magnet.prefix + item.left
+    if not before:
+        if magnet.tokenizer.eos_token_id is None:
+            raise ValueError(
+                "an item with an empty left side needs a BOS or EOS token to read its span after; "
+                "this tokenizer has neither: give every item some left text"
+            )
+        before = [magnet.tokenizer.eos_token_id]
+    ids = before + item.span
+    return ScoredSequence(ids, list(range(len(before) - 1, len(ids) - 1)), item.span)
 
 
 def by_position(nll: list[np.ndarray]) -> dict[str, float]:
