@@ -1,7 +1,8 @@
 """Infill quality: how well a model predicts a known span from both sides, per layout, with controls.
 
 Input: jsonl, one ``{"left": ..., "span": ..., "right": ...}`` per line; the three texts are joined
-as they are (put the separating spaces inside them, e.g. a span that starts with a space).
+as they are (put the separating spaces inside them, e.g. a span that starts with a space). The left
+side may be empty (a gap at the start of a text; its left-only reading follows an end-of-text token).
 
 For each :class:`magnetsdk.layout.InfillLayout` asked for, the perplexity of exactly the same span
 tokens (END excluded, so every row averages over the same tokens):
