@@ -89,8 +89,9 @@ DEFAULT_RESAMPLE_COPIES = 8
 DEFAULT_RESAMPLE_RANKING = "per-token"
 # ``Magnet.infill(cut_unclosed=...)`` (benchmarks/results/sentence-cut-2026-12-07/rule.md).
 DEFAULT_CUT_UNCLOSED = True
-# ``Magnet.infill(whole_sentences=...)`` (benchmarks/results/whole-sentences-2026-12-07/rule.md).
-DEFAULT_WHOLE_SENTENCES = False
+# ``Magnet.infill(whole_sentences=...)``: a gap between sentences closes only after a sentence end
+# (benchmarks/results/whole-sentences-2026-12-07/rule.md).
+DEFAULT_WHOLE_SENTENCES = True
 # ``Magnet.infill(max_new_tokens=...)``, ``magnet infill`` and ``magnet eval infill``: a sentence-long
 # fill needs about 33 tokens; at 32, half the dev fills ended inside a sentence
 # (benchmarks/results/infill-budget-2026-12-07/rule.md).

@@ -447,9 +447,11 @@ class Magnet:
         closing after its last whole sentence, when it holds one (:mod:`magnetsdk.unclosed`;
         ``InfillResult.cut``); ``False`` returns the fill as decoded.
 
-        ``whole_sentences=True`` keeps a gap between whole sentences (the right side starts one, the
-        left side is empty or ends one: ``unclosed.between_sentences``) open until its fill ends a
-        sentence (or reaches ``max_new_tokens``): the model may not close it after a fragment.
+        ``whole_sentences=True`` (the default) keeps a gap between whole sentences (the right side
+        starts one, the left side is empty or ends one: ``unclosed.between_sentences``) open until
+        its fill ends a sentence (or reaches ``max_new_tokens``): the model may not close it after a
+        fragment ("[GAP] The museum reopened ..." got "A"; ``docs/results.md``, "Fills closed after
+        a fragment"). ``False`` lets the model close any fill after its first token.
         """
         if text is None:
             if left is None and right is None:

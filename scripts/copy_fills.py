@@ -16,7 +16,7 @@ fill before it, is pushed down by an unlikelihood term (``copy_ul_weight``).
 
     magnet eval infill runs/data/infill-train-mine.jsonl --layout spm --generate 1000 \\
         --max-new-tokens 48 --batch-size 8 --model default -o runs/eval/p32-mine.json \\
-        --no-repeat-ngram 0 --resample-copies 0 --no-cut-unclosed   # the model's own, unguarded fills
+        --no-repeat-ngram 0 --resample-copies 0 --no-cut-unclosed --no-whole-sentences   # the model's own, unguarded fills
     python scripts/copy_fills.py runs/eval/p32-mine.json -o runs/data/copy_fills.jsonl
     python scripts/copy_fills.py runs/eval/p32-mine.json --loops -o runs/data/copy_loop_fills.jsonl
 """

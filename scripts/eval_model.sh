@@ -33,7 +33,7 @@ mkdir -p runs/eval runs/logs
 repetition=(repetition "$W" --limit 100 --prefix-tokens 32 --new-tokens 128 --top-p 0.9 --temperature 1.0
   --seed 0 --batch-size 16 --judge default-base)
 LAYOUT=${LAYOUT:-spm}
-infill=(--layout "$LAYOUT" --generate 40 --max-new-tokens 48 --batch-size 8 --candidates 1 --no-repeat-ngram 0 --resample-copies 0 --no-cut-unclosed)
+infill=(--layout "$LAYOUT" --generate 40 --max-new-tokens 48 --batch-size 8 --candidates 1 --no-repeat-ngram 0 --resample-copies 0 --no-cut-unclosed --no-whole-sentences)
 defaults=(--layout "$LAYOUT" --generate 1000 --max-new-tokens 48 --batch-size 8)
 for task in $TASKS; do
   case $task in

@@ -21,8 +21,9 @@ budget, the share left empty (closed at once, or only whitespace), the share tha
 their own words and marks; the true spans' own rate is ``gold_loop_rate``), and the mean word F1
 of each fill against the true span (:func:`word_f1`; many fills are right without being the
 original, so it ranks, it does not grade). The fills use ``Magnet.infill``'s defaults (a loop
-guard, copies resampled, unclosed fills cut at a sentence end) unless the options set them:
-``--no-repeat-ngram 0 --resample-copies 0 --no-cut-unclosed`` reads the model's plain greedy fills.
+guard, copies resampled, unclosed fills cut at a sentence end, gaps between sentences closed only
+after one) unless the options set them: ``--no-repeat-ngram 0 --resample-copies 0
+--no-cut-unclosed --no-whole-sentences`` reads the model's plain greedy fills.
 ``candidates`` fills them the way ``Magnet.infill(candidates=..., seed=0)`` does (``"auto"``, the
 default: 8 ranked for a gap inside a sentence, one greedy fill between sentences; N > 1: ranked by
 the filled text's likelihood). ``line_breaks`` is ``Magnet.infill``'s rule (default ``"auto"``: the
