@@ -26,7 +26,7 @@ paragraph in the middle of one (docs/results.md, "Line breaks in fills").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -52,12 +52,17 @@ def has_line_break(text: str) -> bool:
     return "\n" in text or "\r" in text
 
 
-def line_break_ids(tokenizer) -> frozenset[int]:
-    """The ids of every token whose text holds a line break (``\\n`` or ``\\r``), special tokens aside."""
+def token_ids_where(tokenizer, holds: Callable[[str], bool]) -> frozenset[int]:
+    """The ids of every token, special tokens aside, whose own text ``holds`` is true of."""
     special = set(tokenizer.all_special_ids)
     ids = [i for i in range(len(tokenizer)) if i not in special]
     texts = tokenizer.batch_decode([[i] for i in ids])
-    return frozenset(i for i, text in zip(ids, texts, strict=True) if has_line_break(text))
+    return frozenset(i for i, text in zip(ids, texts, strict=True) if holds(text))
+
+
+def line_break_ids(tokenizer) -> frozenset[int]:
+    """The ids of every token whose text holds a line break (``\\n`` or ``\\r``), special tokens aside."""
+    return token_ids_where(tokenizer, has_line_break)
 
 
 def may_break_lines(text: str, line_breaks: str) -> bool:

@@ -18,7 +18,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from magnetsdk.infilling import InfillResult, join_filled
+from magnetsdk.infilling import InfillResult, join_filled, token_ids_where
 
 # A sentence end: ".", "!" or "?", then any closing quotes or brackets (WikiText spaces them:
 # ' " yes . " '), then a space.
@@ -138,11 +138,4 @@ def sentence_final_ids(tokenizer: Any) -> frozenset[int]:
     """The ids of every token whose text ends a sentence: ".", "!" or "?", then only closing quotes,
     brackets or spaces (" .", "!\"", ".)"); special tokens aside. A title's full stop ("Mr.") is
     one too: a token does not know the word before it."""
-    special = set(tokenizer.all_special_ids)
-    ids = [i for i in range(len(tokenizer)) if i not in special]
-    texts = tokenizer.batch_decode([[i] for i in ids])
-    return frozenset(
-        i
-        for i, text in zip(ids, texts, strict=True)
-        if text.rstrip(_TRAILING_CLOSERS)[-1:] in (".", "!", "?")
-    )
+    return token_ids_where(tokenizer, lambda text: text.rstrip(_TRAILING_CLOSERS)[-1:] in (".", "!", "?"))
