@@ -495,19 +495,17 @@ class Magnet:
             for p in pieces
         ]
 
-        def fill(
-            rows: list[list[list[int]]],
-            kept: list[frozenset[int]],
-            whole: list[tuple[bool, ...]],
-            how: Sampling,
-            first: int,
-        ) -> list[list[list[int]]]:
+        # A row to decode: a text's token segments, the tokens its fills may not hold, its sentence gaps.
+        Row = tuple[list[list[int]], frozenset[int], tuple[bool, ...]]
+
+        def fill(rows: list[Row], how: Sampling, first: int) -> list[list[list[int]]]:
             """The span ids of each row's gaps, decoded ``batch_size`` rows at a time."""
             found: list[list[list[int]]] = []
             for at in range(0, len(rows), batch_size):
+                contexts, kept, whole = zip(*rows[at : at + batch_size], strict=True)
                 found += decode_spans(
                     self.model,
-                    rows[at : at + batch_size],
+                    list(contexts),
                     self.layout,
                     self._prefix,
                     self._pad_id,
@@ -517,10 +515,10 @@ class Magnet:
                     use_cache=use_cache,
                     eos_id=self.tokenizer.eos_token_id,
                     first_row=first + at,
-                    held_back=kept[at : at + batch_size],
+                    held_back=kept,
                     copy_guard=copy_guard,
                     pool_stops=pool_stops,
-                    sentence_gaps=whole[at : at + batch_size],
+                    sentence_gaps=whole,
                     sentence_final_ids=self._sentence_final_ids if any(map(any, whole)) else frozenset(),
                 )
             return found
@@ -534,42 +532,32 @@ class Magnet:
                     [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in segments]
                     for segments in chunk
                 ]
-                kept = held[start : start + batch_size]
-                whole = sentence_gaps[start : start + batch_size]
-                options = [[spans] for spans in fill(contexts, kept, whole, sampling, start)]
+                rows = list(
+                    zip(
+                        contexts,
+                        held[start : start + batch_size],
+                        sentence_gaps[start : start + batch_size],
+                        strict=True,
+                    )
+                )
+                options = [[spans] for spans in fill(rows, sampling, start)]
                 extras = [n - 1 for n in counts[start : start + batch_size]]
                 if len(set(extras)) == 1 and extras[0]:  # every text ranked alike: one batched decode
                     extra = extras[0]
-                    sampled = fill(
-                        [c for c in contexts for _ in range(extra)],
-                        [k for k in kept for _ in range(extra)],
-                        [w for w in whole for _ in range(extra)],
-                        ranking,
-                        start * extra,
-                    )
+                    sampled = fill([row for row in rows for _ in range(extra)], ranking, start * extra)
                     for i, found in enumerate(options):
                         found += sampled[i * extra : (i + 1) * extra]
                 else:  # text i's candidate k is seeded as above: row (start + i) * extra + k
                     for i, extra in enumerate(extras):
                         if extra:
-                            options[i] += fill(
-                                [contexts[i]] * extra,
-                                [kept[i]] * extra,
-                                [whole[i]] * extra,
-                                ranking,
-                                (start + i) * extra,
-                            )
+                            options[i] += fill([rows[i]] * extra, ranking, (start + i) * extra)
                 moved = spaces[start : start + batch_size]
                 for at, (segments, found, space) in enumerate(zip(chunk, options, moved, strict=True)):
                     result = best_fill(self, segments, found, space, ranked=counts[start + at] > 1)
                     if resampling is not None and copies_segments(result.spans, segments):
                         row = start + at
                         found = found + fill(
-                            [contexts[at]] * resample_copies,
-                            [kept[at]] * resample_copies,
-                            [whole[at]] * resample_copies,
-                            resampling,
-                            first_resample + row * resample_copies,
+                            [rows[at]] * resample_copies, resampling, first_resample + row * resample_copies
                         )
                         better = best_fill(
                             self,
