@@ -18,6 +18,7 @@ from typing import Any
 import click
 from magnetsdk.cli.errors import fail
 from magnetsdk.cli.options import (
+    candidate_ranking_option,
     candidates_option,
     copy_guard_option,
     cut_unclosed_option,
@@ -309,8 +310,9 @@ def repetition(
 )
 @candidates_option(
     "Fill the --generate gaps as Magnet.infill(candidates=..., seed=0) does (auto: 8 ranked for a gap "
-    "inside a sentence, one greedy fill between sentences)."
+    "inside a sentence or at the text's start, one greedy fill between sentences)."
 )
+@candidate_ranking_option
 @line_breaks_option
 @no_repeat_ngram_option
 @copy_guard_option
@@ -327,6 +329,7 @@ def infill(
     max_new_tokens,
     layouts,
     candidates,
+    candidate_ranking,
     line_breaks,
     no_repeat_ngram,
     copy_guard,
@@ -362,6 +365,7 @@ def infill(
             max_new_tokens,
             layouts=names,
             candidates=candidates,
+            candidate_ranking=candidate_ranking,
             line_breaks=line_breaks,
             no_repeat_ngram=no_repeat_ngram,
             copy_guard=copy_guard,

@@ -10,7 +10,7 @@ import click
 from magnetsdk.cli.errors import fail
 
 from magnetsdk.checks import LINE_BREAKS
-from magnetsdk.copies import RESAMPLE_RANKINGS
+from magnetsdk.copies import RANKINGS, RESAMPLE_RANKINGS
 
 
 def model_options(command: Callable) -> Callable:
@@ -92,6 +92,15 @@ resample_copies_option = click.option(
     type=click.IntRange(min=0),
     help="A fill that copies 5 words of its own text is replaced by the likeliest of this many sampled "
     "fills that does not (0: off) [default: Magnet.infill's].",
+)
+# ``Magnet.infill(candidate_ranking=...)``.
+candidate_ranking_option = click.option(
+    "--candidate-ranking",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", *RANKINGS]),
+    help="How ranked fills are scored: total (the filled text where the fills differ), right (the text "
+    "after the fill, among fills that end a sentence); auto: right for a gap at a text's start, else total.",
 )
 # ``Magnet.infill(resample_ranking=...)``.
 resample_ranking_option = click.option(

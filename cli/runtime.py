@@ -8,6 +8,7 @@ import click
 from magnetsdk.cli.errors import fail
 from magnetsdk.cli.inputs import gather_texts
 from magnetsdk.cli.options import (
+    candidate_ranking_option,
     candidates_option,
     copy_guard_option,
     cut_unclosed_option,
@@ -127,8 +128,9 @@ def encode(
 @click.option("--seed", default=None, type=int)
 @candidates_option(
     "Rank this many fills (the decoded one and the rest sampled) by the filled text's likelihood; "
-    "auto: 8 for a gap inside a sentence, one greedy fill for gaps between sentences."
+    "auto: 8 for a gap inside a sentence or at the text's start, one greedy fill for gaps between sentences."
 )
+@candidate_ranking_option
 @line_breaks_option
 @no_repeat_ngram_option
 @copy_guard_option
@@ -153,6 +155,7 @@ def infill(
     top_p,
     seed,
     candidates,
+    candidate_ranking,
     line_breaks,
     no_repeat_ngram,
     copy_guard,
@@ -182,6 +185,7 @@ def infill(
             top_p=top_p,
             seed=seed,
             candidates=candidates,
+            candidate_ranking=candidate_ranking,
             line_breaks=line_breaks,
             **given_guards(
                 no_repeat_ngram=no_repeat_ngram,

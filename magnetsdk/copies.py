@@ -82,6 +82,11 @@ def copies_segments(spans: Sequence[str], segments: Sequence[str]) -> bool:
 # which a short text wins (" In 1985," before a whole sentence). "per-token": the decoded fills
 # alone, by mean log-likelihood per scored token (docs/results.md, "Resampling fills that copy").
 RESAMPLE_RANKINGS = ("total", "per-token")
+# How ``Magnet.infill(candidates=N)`` scores the fills it ranks (``magnetsdk.ranking``). "total": the
+# filled text from where the fills differ; "right": the text after the fill alone, among fills that
+# end a sentence and copy nothing. ``candidate_ranking="auto"`` (the default) ranks a text that opens
+# with a gap by "right", the others by "total" (benchmarks/results/ranked-start-2026-12-07/rule.md).
+RANKINGS = ("total", "right")
 
 # ``Magnet.infill``'s loop guard and copy resampling (benchmarks/results/loop-guard-2026-12-07/rule-2.md).
 DEFAULT_NO_REPEAT_NGRAM = 4

@@ -67,8 +67,8 @@ from magnetsdk.loading import (
     pick_dtype,
     resolve,
 )
-from magnetsdk.ranking import best_fill, candidate_sampling, sample_settings
-from magnetsdk.unclosed import between_sentences, candidate_counts, sentence_final_ids
+from magnetsdk.ranking import best_fill, candidate_plan, candidate_sampling, sample_settings
+from magnetsdk.unclosed import between_sentences, sentence_final_ids
 from magnetsdk.unclosed import cut_unclosed as cut_unclosed_fills
 
 if TYPE_CHECKING:  # magnetsdk.index imports faiss; Magnet only calls an index it is given
@@ -396,6 +396,7 @@ class Magnet:
         resample_ranking: str = DEFAULT_RESAMPLE_RANKING,
         layout: InfillLayout | str | None = None,
         candidates: int | str = "auto",
+        candidate_ranking: str = "auto",
         candidate_temperature: float = 0.8,
         candidate_top_p: float = 0.95,
         line_breaks: str = "auto",
@@ -411,13 +412,18 @@ class Magnet:
 
         ``candidates=N`` (N > 1) ranks N fills of each text: the one decoded with the settings above
         and N - 1 sampled at ``candidate_temperature`` / ``candidate_top_p``. ``"auto"`` (the
-        default) ranks :data:`~magnetsdk.unclosed.AUTO_CANDIDATES` (8) for a text with a gap inside a
-        sentence (``unclosed.gap_inside_a_sentence``: "is in [GAP], the capital") and keeps one greedy
-        fill for a text whose gaps sit between sentences; measured on both kinds of gap
-        (``docs/results.md``, "Gaps inside a sentence"). Unseeded, ``"auto"`` samples as with
-        ``seed=0``, so the default call gives the same fill every time. The filled text the
-        model itself finds most likely, read left to right, wins (see :mod:`magnetsdk.ranking`);
-        ``InfillResult.candidates`` lists every distinct fill with its log-likelihood. Sampled
+        default) ranks :data:`~magnetsdk.ranking.AUTO_CANDIDATES` (8) for a text with a gap inside a
+        sentence (``unclosed.gap_inside_a_sentence``: "is in [GAP], the capital") or at its start
+        ("[GAP] It was the first time ...") and keeps one greedy fill for a text whose gaps sit
+        between sentences; measured on each kind of gap (``docs/results.md``, "Gaps inside a
+        sentence", "Ranked fills at a text's start"). Unseeded, ``"auto"`` samples as with
+        ``seed=0``, so the default call gives the same fill every time. ``candidate_ranking``
+        (:data:`~magnetsdk.ranking.RANKINGS`): with ``"total"`` the filled text the model itself
+        finds most likely, read left to right, wins; with ``"right"`` the fill after which the text
+        that follows is most likely, among fills that end a sentence and copy nothing; ``"auto"``
+        (the default) ranks a text that opens with a gap by ``"right"`` and the others by
+        ``"total"`` (see :mod:`magnetsdk.ranking`). ``InfillResult.candidates`` lists every
+        distinct fill with its score. Sampled
         candidate ``k`` (1..N-1) of the call's text ``i`` is seeded ``seed + i * (N - 1) + k - 1``,
         so a seeded call is reproducible; unseeded, the candidates differ from call to call.
 
@@ -472,7 +478,8 @@ class Magnet:
         check_resample_ranking(resample_ranking)
         chosen_layout = self.infill_layout if layout is None else infill_layout(layout)
         pieces, spaces = zip(*(move_spaces_into_gaps(split_gaps(t, gap_marker)) for t in texts), strict=True)
-        counts = candidate_counts(candidates, [list(p) for p in pieces])
+        plan = candidate_plan(candidates, candidate_ranking, [list(p) for p in pieces])
+        counts = [count for count, _ in plan]
         # "auto" samples seeded (0 when unseeded), so the default call is reproducible.
         ranked = replace(sampling, seed=0) if candidates == "auto" and seed is None else sampling
         # Checks ``candidates`` too: a number is every text's count.
@@ -553,7 +560,8 @@ class Magnet:
                             options[i] += fill([rows[i]] * extra, ranking, (start + i) * extra)
                 moved = spaces[start : start + batch_size]
                 for at, (segments, found, space) in enumerate(zip(chunk, options, moved, strict=True)):
-                    result = best_fill(self, segments, found, space, ranked=counts[start + at] > 1)
+                    count, how_ranked = plan[start + at]
+                    result = best_fill(self, segments, found, space, ranked=count > 1, ranking=how_ranked)
                     if resampling is not None and copies_segments(result.spans, segments):
                         row = start + at
                         found = found + fill(

@@ -7,6 +7,14 @@ causally (the generator), and the fill whose text is most likely wins: :func:`fi
 The right side then votes through every one of its tokens, which is what the decode order alone
 cannot give. :func:`shorter_spans` adds each fill ended early at a clause boundary, so the right
 side also votes on where a fill ends.
+
+How the fills are scored is the ranking (:data:`RANKINGS`): ``"total"`` scores the filled text from
+where the fills differ to 32 tokens into the right side, the fill's own tokens included (best for a
+word or phrase inside a sentence); ``"right"`` scores only those 32 tokens after the fill, among
+fills that end a sentence and copy nothing: the fill that best explains what follows it wins (best
+for a gap at a text's start, where a greedy fill guesses a topic the right side only implies).
+``"auto"`` (the default) is ``"right"`` for a gap at a text's start and ``"total"`` otherwise:
+:func:`candidate_plan`, measured in ``docs/results.md``, "Ranked fills at a text's start".
 """
 
 from __future__ import annotations
@@ -16,9 +24,15 @@ from typing import Any
 
 import torch
 
-from magnetsdk.copies import copies_segments
+from magnetsdk.copies import RANKINGS, copies_segments
 from magnetsdk.decoding import Sampling, check_decoding
 from magnetsdk.infilling import InfillCandidate, InfillResult, join_filled
+from magnetsdk.unclosed import ends_inside_a_sentence, gap_inside_a_sentence
+
+# How many fills ``Magnet.infill(candidates="auto")`` (the default) ranks for a text with a gap inside a
+# sentence or at its start; a text whose gaps all sit between sentences or at its end gets one greedy
+# fill (benchmarks/results/phrase-gaps-2026-12-07/rule.md, ranked-start-2026-12-07/rule.md).
+AUTO_CANDIDATES = 8
 
 # Ranking reads RANK_CONTEXT tokens before the candidates' first difference, RANK_AFTER of the shared text after.
 RANK_CONTEXT = 64
@@ -34,6 +48,7 @@ def fill_log_likelihood(
     after: int = RANK_AFTER,
     batch_size: int = 8,
     per_token: bool = False,
+    after_only: bool = False,
 ) -> list[float]:
     """The causal log-likelihood (natural log, summed; ``per_token``: averaged over the scored
     tokens) of where each of ``texts`` differs from the others.
@@ -43,6 +58,8 @@ def fill_log_likelihood(
     tokens before that: the part a fill changes, and how it meets the text after the gap. The
     shared beginning adds the same to every score, and the shared ending beyond ``after`` tokens
     little, so the scores rank the texts of one call; they are not comparable across calls.
+    ``after_only`` scores only the ``after`` tokens of the shared ending (how well each fill
+    predicts what follows it); texts that share no ending are scored as without it.
     """
     from magnetsdk.eval.scoring import ScoredSequence, target_nll
 
@@ -57,6 +74,8 @@ def fill_log_likelihood(
         full = list(prefix) + list(ids)
         start = max(len(prefix) + first, 1)  # with no prefix, the first token has no prediction
         end = len(full) - max(0, shared_end - after)
+        if after_only and shared_end:
+            start = max(len(full) - shared_end, 1)
         begin = max(0, start - context)
         window = full[begin:end]
         targets = list(range(start - begin - 1, end - begin - 1))
@@ -88,6 +107,31 @@ def sample_settings(temperature: float, top_p: float, sampling: Sampling, instea
             f"give a temperature above 0 (e.g. 0.8) {instead}"
         )
     return Sampling(temperature, top_p, sampling.repetition_penalty, sampling.seed, sampling.no_repeat_ngram)
+
+
+def gap_at_start(segments: list[str]) -> bool:
+    """Whether a text (the segments around its gaps) opens with a gap that has text after it."""
+    return len(segments) > 1 and not segments[0].strip() and bool("".join(segments[1:]).strip())
+
+
+def candidate_plan(candidates: int | str, ranking: str, texts: list[list[str]]) -> list[tuple[int, str]]:
+    """How many fills ``Magnet.infill`` ranks for each text (given as the segments around its gaps),
+    and by which of :data:`RANKINGS`. ``candidates="auto"`` ranks :data:`AUTO_CANDIDATES` for a text
+    with a gap inside a sentence or at its start, and keeps one fill for the others; a number is
+    every text's count. ``ranking="auto"`` is ``"right"`` for a text that opens with a gap and
+    ``"total"`` for the others."""
+    if ranking != "auto" and ranking not in RANKINGS:
+        raise ValueError(
+            f"candidate_ranking={ranking!r} is not one of auto, {', '.join(RANKINGS)}: how ranked fills "
+            "are scored (total: the filled text where the fills differ; right: the text after the fill)"
+        )
+    plan = []
+    for segments in texts:
+        at_start = gap_at_start(segments)
+        inside = any(gap_inside_a_sentence(segments[j], segments[j + 1]) for j in range(len(segments) - 1))
+        count = candidates if candidates != "auto" else AUTO_CANDIDATES if inside or at_start else 1
+        plan.append((count, ranking if ranking != "auto" else "right" if at_start else "total"))
+    return plan
 
 
 # A span's final punctuation, and the marks after which a shorter span may end (a clause boundary).
@@ -127,7 +171,10 @@ def best_fill(
     the fills that were ranked, most likely first. ``without_copies`` ranks only the fills that do
     not copy their text (:func:`copies_segments`) and returns ``None`` when every one does.
     ``ranking="per-token"`` ranks the decoded fills alone, without their shorter variants, by their
-    mean log-likelihood per scored token (:data:`magnetsdk.copies.RESAMPLE_RANKINGS`)."""
+    mean log-likelihood per scored token (:data:`magnetsdk.copies.RESAMPLE_RANKINGS`).
+    ``ranking="right"`` ranks the decoded fills and their cuts after a sentence end by the text after
+    them alone (``fill_log_likelihood(after_only=True)``), among the fills that end a sentence and
+    copy no run of their text, when any does."""
     tokenizer = magnet.tokenizer
     decoded = [[tokenizer.decode(s, skip_special_tokens=True) for s in ids] for ids in options]
     if not ranked:
@@ -136,8 +183,10 @@ def best_fill(
     fills: dict[str, tuple[list[str], list[list[int]]]] = {}  # filled text -> (spans, span ids)
     for spans, ids in zip(decoded, options, strict=True):
         variants = [(spans, ids)]
-        for gap, span in enumerate(spans if ranking == "total" else []):
+        for gap, span in enumerate(spans if ranking in ("total", "right") else []):
             for shorter in shorter_spans(span):
+                if ranking == "right" and ends_inside_a_sentence(shorter):
+                    continue
                 cut = [*spans[:gap], shorter, *spans[gap + 1 :]]
                 cut_ids = [
                     *ids[:gap],
@@ -156,6 +205,14 @@ def best_fill(
     # likeliest text, so it is ranked only when no candidate holds a letter or digit.
     worded = [text for text, (spans, _) in fills.items() if all(re.search(r"\w", s) for s in spans)]
     texts = worded or list(fills)
+    if ranking == "right":  # fills that end a sentence and copy nothing, when any does
+        whole = [
+            t
+            for t in texts
+            if not any(map(ends_inside_a_sentence, fills[t][0]))
+            and not copies_segments(fills[t][0], segments)
+        ]
+        texts = whole or texts
     scores = fill_log_likelihood(
         magnet.model,
         [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts],
@@ -163,6 +220,7 @@ def best_fill(
         magnet.pad_id,
         batch_size=16,
         per_token=ranking == "per-token",
+        after_only=ranking == "right",
     )
     order = sorted(range(len(texts)), key=lambda i: -scores[i])  # a stable sort: earlier wins ties
     best = texts[order[0]]

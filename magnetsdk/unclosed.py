@@ -92,26 +92,6 @@ def cut_unclosed(
     return replace(result, text=text, spans=written, span_ids=ids, cut=cut)
 
 
-# How many fills ``Magnet.infill(candidates="auto")`` (the default) ranks for a text with a gap inside a
-# sentence; a text whose gaps all sit between sentences gets one greedy fill
-# (benchmarks/results/phrase-gaps-2026-12-07/rule.md).
-AUTO_CANDIDATES = 8
-
-
-def candidate_counts(candidates: int | str, texts: list[list[str]]) -> list[int]:
-    """How many fills ``Magnet.infill`` ranks for each text (given as the segments around its gaps):
-    ``candidates`` for every text, or with ``"auto"`` :data:`AUTO_CANDIDATES` for a text with a gap
-    inside a sentence and 1 for the others."""
-    if candidates != "auto":
-        return [candidates] * len(texts)
-    return [
-        AUTO_CANDIDATES
-        if any(gap_inside_a_sentence(segments[j], segments[j + 1]) for j in range(len(segments) - 1))
-        else 1
-        for segments in texts
-    ]
-
-
 def gap_inside_a_sentence(left: str, right: str) -> bool:
     """Whether a gap between ``left`` and ``right`` sits inside a sentence: the left side does not
     end on a sentence end (and is not empty), or the right side does not start one (it starts with a

@@ -80,6 +80,13 @@ def test_infill_generate_info(model_dir):
     args = ("infill", "--model", model_dir, "--max-new-tokens", "3", "--candidates", "3", "--seed", "0")
     ranked = [json.loads(run(*args, "The cat [GAP] mat.").stdout) for _ in range(2)]
     assert ranked[0] == ranked[1] and ranked[0]["text"].startswith("The cat ")
+    start = [
+        json.loads(run(*args, "--candidate-ranking", how, "[GAP] The cat sat.").stdout)
+        for how in ("auto", "right")
+    ]
+    assert start[0] == start[1] and start[0]["text"].endswith(" The cat sat.")
+    bad = run(*args, "--candidate-ranking", "mean", "[GAP] The cat sat.")
+    assert bad.exit_code == 2 and "'mean' is not one of 'auto', 'total', 'right'" in bad.output
     kept = run("infill", "--model", model_dir, "--max-new-tokens", "3", "--line-breaks", "forbid", "A [GAP].")
     assert kept.exit_code == 0 and "\n" not in json.loads(kept.stdout)["spans"][0]
     wrong = run("infill", "--model", model_dir, "--line-breaks", "never", "A [GAP].")

@@ -127,6 +127,7 @@ def test_each_task_writes_a_result_and_prints_its_table(model_dir, data, tmp_pat
         given = {"--whole-sentences": True, "--no-whole-sentences": False}
         asked = [given[a] for a in arguments if a in given]
         assert stored.settings["whole_sentences"] == (asked[0] if asked else DEFAULT_WHOLE_SENTENCES)
+        assert stored.settings["candidate_ranking"] == "auto"
         assert stored.settings["resample_ranking"] == (
             "total" if "--resample-ranking" in arguments else "per-token"
         )

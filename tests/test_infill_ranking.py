@@ -143,17 +143,61 @@ def test_ranking_reads_a_window_around_where_the_fills_differ(llama_magnet):
     )
     assert means == pytest.approx([by_hand[0] / 10, by_hand[1] / 9], abs=1e-4)
     assert fill_log_likelihood(llama_magnet.model, [texts[0]], [], llama_magnet.pad_id) == [0.0]
+    # after_only: the 8 tokens after the fill alone, read with the 16 tokens before them.
+    after = fill_log_likelihood(
+        llama_magnet.model, texts, [], llama_magnet.pad_id, context=16, after=8, after_only=True
+    )
+    by_hand = []
+    for f in fills:
+        ids = (left + f)[-16:] + right[:8]
+        with torch.no_grad():
+            logits = llama_magnet.model(input_ids=torch.tensor([ids])).logits[0].float()
+        logp = logits[:-1].log_softmax(-1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
+        by_hand.append(float(logp[15:].sum()))
+    assert after == pytest.approx(by_hand, abs=1e-3)
+
+
+def test_right_ranking_keeps_whole_sentences_that_copy_nothing_and_scores_what_follows(llama_magnet):
+    from magnetsdk.ranking import best_fill
+
+    tokenizer = llama_magnet.tokenizer
+    segments, moved = ["", " The dog ran to the park and sat down."], [""]
+    fills = [" A cat sat.", " A cat", " The dog ran to the park and sat down."]
+    options = [[tokenizer(f, add_special_tokens=False)["input_ids"]] for f in fills]
+    chosen = best_fill(llama_magnet, segments, options, moved, ranked=True, ranking="right")
+    # " A cat" ends inside a sentence and the third copies its right side: one fill is left.
+    assert [c.spans for c in chosen.candidates] == [[" A cat sat."]] and chosen.spans == [" A cat sat."]
+    # Among whole sentences the one after which the right side is likeliest wins.
+    two = [*fills[:1], " Two birds flew."]
+    options = [[tokenizer(f, add_special_tokens=False)["input_ids"]] for f in two]
+    chosen = best_fill(llama_magnet, segments, options, moved, ranked=True, ranking="right")
+    texts = [tokenizer(f + segments[1], add_special_tokens=False)["input_ids"] for f in two]
+    scores = fill_log_likelihood(
+        llama_magnet.model, texts, llama_magnet.prefix, llama_magnet.pad_id, batch_size=16, after_only=True
+    )
+    assert [c.log_likelihood for c in chosen.candidates] == pytest.approx(
+        sorted(scores, reverse=True), abs=1e-4
+    )
+    assert chosen.spans == [two[max(range(2), key=scores.__getitem__)]]
+    # Every fill a fragment: they are ranked all the same.
+    options = [[tokenizer(f, add_special_tokens=False)["input_ids"]] for f in (" A cat", " Two")]
+    assert best_fill(llama_magnet, segments, options, moved, ranked=True, ranking="right").candidates
 
 
 def test_auto_ranks_a_gap_inside_a_sentence_and_keeps_one_greedy_fill_between_sentences(llama_magnet):
-    from magnetsdk.unclosed import AUTO_CANDIDATES, candidate_counts
+    from magnetsdk.ranking import AUTO_CANDIDATES, candidate_plan
 
     inside, between = TEXT, "The cat sat. [GAP] The dog ran."
-    assert candidate_counts("auto", [["The cat", " on the mat."], ["The cat sat.", " The dog ran."]]) == [
-        AUTO_CANDIDATES,
-        1,
+    texts = [["The cat", " on the mat."], ["The cat sat.", " The dog ran."], ["", " The dog ran."]]
+    assert candidate_plan("auto", "auto", texts) == [
+        (AUTO_CANDIDATES, "total"),
+        (1, "total"),
+        (AUTO_CANDIDATES, "right"),
     ]
-    assert candidate_counts(3, [["a", "b"], ["c. ", " D"]]) == [3, 3]
+    assert candidate_plan(3, "total", [["a", "b"], ["", " D"]]) == [(3, "total"), (3, "total")]
+    assert candidate_plan("auto", "right", texts[:1]) == [(AUTO_CANDIDATES, "right")]
+    with pytest.raises(ValueError, match="candidate_ranking='mean' is not one of auto, total, right"):
+        candidate_plan("auto", "mean", texts)
     both = llama_magnet.infill([inside, between], seed=0, max_new_tokens=4)  # candidates="auto"
     assert both[0] == llama_magnet.infill(inside, candidates=AUTO_CANDIDATES, seed=0, max_new_tokens=4)
     assert both[1] == llama_magnet.infill(between, candidates=1, seed=0, max_new_tokens=4)
@@ -164,3 +208,14 @@ def test_auto_ranks_a_gap_inside_a_sentence_and_keeps_one_greedy_fill_between_se
     )
     mixed = llama_magnet.infill([between, inside], seed=0, max_new_tokens=4, batch_size=2)
     assert mixed[1].candidates == ranked_alone[1].candidates
+
+
+def test_auto_ranks_a_gap_at_the_start_by_the_text_after_it(llama_magnet):
+    text = "[GAP] The dog ran to the park."
+    auto = llama_magnet.infill(text, max_new_tokens=6)
+    assert auto == llama_magnet.infill(
+        text, max_new_tokens=6, candidates=8, candidate_ranking="right", seed=0
+    )
+    assert auto.candidates and auto != llama_magnet.infill(
+        text, max_new_tokens=6, candidates=8, candidate_ranking="total", seed=0
+    )

@@ -25,8 +25,9 @@ guard, copies resampled, unclosed fills cut at a sentence end, gaps between sent
 after one) unless the options set them: ``--no-repeat-ngram 0 --resample-copies 0
 --no-cut-unclosed --no-whole-sentences`` reads the model's plain greedy fills.
 ``candidates`` fills them the way ``Magnet.infill(candidates=..., seed=0)`` does (``"auto"``, the
-default: 8 ranked for a gap inside a sentence, one greedy fill between sentences; N > 1: ranked by
-the filled text's likelihood). ``line_breaks`` is ``Magnet.infill``'s rule (default ``"auto"``: the
+default: 8 ranked for a gap inside a sentence or at a text's start, one greedy fill between
+sentences; N > 1: ranked as ``candidate_ranking`` says, by default the text after the fill for a
+gap at a text's start and the filled text's likelihood otherwise). ``line_breaks`` is ``Magnet.infill``'s rule (default ``"auto"``: the
 items are single lines, so their fills keep to the line); the share of fills that break a line is
 reported either way, and ``"allow"`` measures how often the model itself would.
 """
@@ -179,6 +180,7 @@ def evaluate_infill(
     show_progress: bool = True,
     layouts: list[str] | None = None,
     candidates: int | str = "auto",
+    candidate_ranking: str = "auto",
     line_breaks: str = "auto",
     no_repeat_ngram: int | None = None,
     copy_guard: int | None = None,
@@ -266,6 +268,7 @@ def evaluate_infill(
                 temperature=0.0,
                 layout=layout.name,
                 candidates=candidates,
+                candidate_ranking=candidate_ranking,
                 seed=0,
                 line_breaks=line_breaks,
                 **given_guards(
@@ -355,6 +358,7 @@ def evaluate_infill(
             "generate": generate,
             "max_new_tokens": max_new_tokens,
             "candidates": candidates,
+            "candidate_ranking": candidate_ranking,
             "line_breaks": line_breaks,
             # The guards as the fills ran: unset ones at Magnet.infill's defaults.
             **{
