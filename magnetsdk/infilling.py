@@ -27,7 +27,7 @@ paragraph in the middle of one (docs/results.md, "Line breaks in fills").
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -127,6 +127,21 @@ def join_filled(segments: list[str], spans: list[str], moved: list[str]) -> tupl
         for span, space in zip(spans, moved, strict=True)
     ]
     return segments[0] + "".join(s + seg for s, seg in zip(written, segments[1:], strict=True)), written
+
+
+def without_opening_space(
+    result: InfillResult, segments: list[str], moved: list[str], tokenizer
+) -> InfillResult:
+    """``result`` with its first fill's leading whitespace dropped when the text opens with that gap
+    (nothing before it, not even a space): a sampled fill may start with " A", and the filled text
+    would then start with a space. Ranking reads the fill as decoded; only what is returned changes."""
+    span = result.spans[0]
+    if segments[0] or moved[0] or span == span.lstrip():
+        return result
+    spans = [span.lstrip(), *result.spans[1:]]
+    ids = [tokenizer(spans[0], add_special_tokens=False)["input_ids"], *result.span_ids[1:]]
+    text, written = join_filled(segments, spans, [""] * len(spans))
+    return replace(result, text=text, spans=written, span_ids=ids)
 
 
 @dataclass

@@ -56,6 +56,7 @@ from magnetsdk.infilling import (
     may_break_lines,
     move_spaces_into_gaps,
     split_gaps,
+    without_opening_space,
 )
 from magnetsdk.layout import InfillLayout, LayoutTokens, infill_layout, resolve_layout_tokens
 from magnetsdk.loading import (
@@ -458,6 +459,9 @@ class Magnet:
         its fill ends a sentence (or reaches ``max_new_tokens``): the model may not close it after a
         fragment ("[GAP] The museum reopened ..." got "A"; ``docs/results.md``, "Fills closed after
         a fragment"). ``False`` lets the model close any fill after its first token.
+
+        A text that opens with its gap (nothing before it, not even a space) does not open with a
+        space: a fill's leading whitespace is dropped there (``infilling.without_opening_space``).
         """
         if text is None:
             if left is None and right is None:
@@ -578,6 +582,7 @@ class Magnet:
                         )
                         if better is not None:
                             result = replace(better, resampled=True)
+                    result = without_opening_space(result, segments, space, self.tokenizer)
                     if cut_unclosed:
                         result = cut_unclosed_fills(result, segments, max_new_tokens, self.tokenizer)
                     results.append(result)

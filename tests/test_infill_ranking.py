@@ -219,3 +219,19 @@ def test_auto_ranks_a_gap_at_the_start_by_the_text_after_it(llama_magnet):
     assert auto.candidates and auto != llama_magnet.infill(
         text, max_new_tokens=6, candidates=8, candidate_ranking="total", seed=0
     )
+
+
+def test_a_text_that_opens_with_its_gap_does_not_open_with_a_space(llama_magnet):
+    from magnetsdk.infilling import InfillResult, without_opening_space
+
+    tokenizer = llama_magnet.tokenizer
+    ids = tokenizer(" A dog ran.", add_special_tokens=False)["input_ids"]
+    spaced = InfillResult(text=" A dog ran. The cat sat.", spans=[" A dog ran."], span_ids=[ids])
+    dropped = without_opening_space(spaced, ["", " The cat sat."], [""], tokenizer)
+    assert dropped.text == "A dog ran. The cat sat." and dropped.spans == ["A dog ran."]
+    assert dropped.span_ids == [tokenizer("A dog ran.", add_special_tokens=False)["input_ids"]]
+    # Text (or a space the caller wrote) before the gap keeps the fill as it is.
+    assert without_opening_space(spaced, ["Hi.", " The cat sat."], [""], tokenizer) is spaced
+    assert without_opening_space(spaced, ["", " The cat sat."], [" "], tokenizer) is spaced
+    for result in llama_magnet.infill(["[GAP] The cat sat.", "[GAP] A dog ran."], max_new_tokens=6):
+        assert not result.text[:1].isspace() and result.text.startswith(result.spans[0])
