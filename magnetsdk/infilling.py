@@ -74,7 +74,8 @@ def may_break_lines(text: str, line_breaks: str) -> bool:
 @dataclass(frozen=True)
 class InfillCandidate:
     """One fill of all of a text's gaps and its score: the causal log-likelihood of the filled text
-    where it differs from the other candidates (:func:`fill_log_likelihood`)."""
+    where it differs from the other candidates, or with ``candidate_ranking="right"`` of the text
+    after the fill alone (``ranking.fill_log_likelihood``)."""
 
     spans: list[str]
     log_likelihood: float
