@@ -83,18 +83,18 @@ def pick(row: dict, score: str, whole: bool) -> int:
 def table(stored: dict) -> list[str]:
     rows = stored["items"]
     lines = ["| pick | word F1 | ending inside a sentence | copies | mean words |", "|---|---|---|---|---|"]
-    for name, score, whole in (
-        ("total (the SDK's `total`)", "total", False),
-        ("whole total", "total", True),
-        ("right", "right", True),
-        ("right, any", "right", False),
-    ):
-        picks = [pick(r, score, whole) if name != "total (the SDK's `total`)" else 0 for r in rows]
+    choosers = (
+        ("total (the SDK's `total`)", lambda row: 0),  # the candidates come most likely first
+        ("whole total", lambda row: pick(row, "total", whole=True)),
+        ("right", lambda row: pick(row, "right", whole=True)),
+        ("right, any", lambda row: pick(row, "right", whole=False)),
+    )
+    for name, choose in choosers:
+        picked = [(row, choose(row)) for row in rows]
         lines.append(
-            f"| {name} | {np.mean([r['f1'][p] for r, p in zip(rows, picks, strict=True)]):.4f} | "
-            f"{sum(r['fragment'][p] for r, p in zip(rows, picks, strict=True))} | "
-            f"{sum(r['copy'][p] for r, p in zip(rows, picks, strict=True))} | "
-            f"{np.mean([len(r['fills'][p].split()) for r, p in zip(rows, picks, strict=True)]):.1f} |"
+            f"| {name} | {np.mean([r['f1'][p] for r, p in picked]):.4f} | "
+            f"{sum(r['fragment'][p] for r, p in picked)} | {sum(r['copy'][p] for r, p in picked)} | "
+            f"{np.mean([len(r['fills'][p].split()) for r, p in picked]):.1f} |"
         )
     lines.append(
         f"| oracle (best word F1 among the candidates) | {np.mean([max(r['f1']) for r in rows]):.4f} | | | |"
