@@ -20,7 +20,8 @@ judged against phase 35 and asks for a quarter fewer looping dev fills with the 
 is phase 35 trained in `spm-joined`, judged against phase 35 as served in `spm`, and asks for phase
 36's share item with no more loops; phase 39 (trained in `spm-end`) is read by phase 38's items;
 phase 40 (GAP's row trained alone, LoRA held) by phase 38's fill items, the share, the shuffled
-control, copies and a perplexity that may move only by GAP's logit. A
+control, copies and a perplexity that may move only by GAP's logit; phase 42 (a WikiText-heavy
+missing-span mix) by phase 38's items with the shuffled control read in spm. A
 result file that is not there yet prints as "(not yet)"; a figure the baseline does not have (a key
 of another layout) prints as "-".
 """
@@ -169,6 +170,8 @@ def rule_for(phase: int) -> Rule:
         return Rule("p10", str(RESULTS / "p10-2026-12-03" / "p10fp32-{}.json"), QUALITY_P11, False)
     if phase == 14:
         return Rule("p11", P11, QUALITY, True)
+    if phase == 42:  # a WikiText-heavy span mix: phase 38's items against phase 35 in spm
+        return Rule("p35", P35, FILLS_P38 + QUALITY_P36, True, STS_GAP_P30)
     if phase >= 40:
         return Rule("p35", P35, FILLS_P38 + QUALITY_P40, True)
     if phase == 39:

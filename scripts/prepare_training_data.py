@@ -5,6 +5,11 @@ Writes, under ``--out`` (default ``runs/data``):
 - ``text.txt``: one training text per line for MNTP and MSG: WikiText-2 valid paragraphs (headings
   dropped) after the first ``--holdout-lines`` lines, STS-B train sentences and SNLI dev + test
   premises, deduplicated. STS-B scores are used only in ``sts_scored.jsonl``.
+- ``wikitext.txt`` and ``sentences.txt``: the same texts in two parts, the WikiText paragraphs and
+  the single sentences (STS-B, SNLI), so that a run can weight running text (``text.txt`` holds 775
+  paragraphs against 15,302 sentences: most missing-span examples are cut from one caption-style
+  sentence; ``--data runs/data/wikitext.txt SAMPLE`` with a sample of the sentences reads mostly
+  paragraphs).
 - ``documents.jsonl``: ``{"text"}`` per WikiText-2 article after the held-out lines (its paragraphs
   joined by line breaks): running text for the next-token examples, which end in EOS only where
   an article ends (``TrainConfig.documents``).
@@ -159,18 +164,20 @@ def main() -> None:
     held = row_sentences(heldout_rows)
     wiki = args.shared / "wikitext2" / "wiki.valid.tokens"
     premises, pairs = snli_triples(args.shared / "snli", held)
-    texts = (
-        wikitext_paragraphs(wiki, args.min_words, args.holdout_lines, plain=not args.wikitext_tokens)
-        + stsb_sentences(sts_train, held)
-        + premises
-    )
+    paragraphs = wikitext_paragraphs(wiki, args.min_words, args.holdout_lines, plain=not args.wikitext_tokens)
+    texts = paragraphs + stsb_sentences(sts_train, held) + premises
     unique = [t for t in dict.fromkeys(t for t in texts if t) if t not in held]
+    running = set(paragraphs)
+    wikitext = [t for t in unique if t in running]
+    sentences = [t for t in unique if t not in running]
     documents = wikitext_articles(wiki, args.holdout_lines, plain=not args.wikitext_tokens)
     prefixes = wikitext_paragraphs(wiki, 40, 0, args.holdout_lines)[: args.eval_prefixes]
     scored = scored_pairs(rest_rows, held | row_sentences(read_rows(args.shared / "stsb" / "sts-dev.csv")))
 
     args.out.mkdir(parents=True, exist_ok=True)
     write(args.out / "text.txt", "\n".join(unique) + "\n")
+    write(args.out / "wikitext.txt", "\n".join(wikitext) + "\n")
+    write(args.out / "sentences.txt", "\n".join(sentences) + "\n")
     write(
         args.out / "documents.jsonl",
         "".join(json.dumps({"text": d}, ensure_ascii=False) + "\n" for d in documents),
@@ -180,7 +187,8 @@ def main() -> None:
     write(args.out / "sts-heldout.csv", "".join("\t".join(r) + "\n" for r in heldout_rows))
     write(args.out / "eval_prefixes.txt", "\n".join(prefixes) + "\n")
     print(
-        f"{len(unique)} texts -> text.txt; {len(documents)} articles -> documents.jsonl; "
+        f"{len(unique)} texts -> text.txt ({len(wikitext)} paragraphs -> wikitext.txt, {len(sentences)} "
+        f"sentences -> sentences.txt); {len(documents)} articles -> documents.jsonl; "
         f"{len(pairs)} pairs -> snli_pairs.jsonl; {len(scored)} scored pairs -> sts_scored.jsonl; {len(heldout_rows)} held-out STS pairs -> sts-heldout.csv "
         f"({len(held)} sentences kept out of training); {len(prefixes)} prefixes -> eval_prefixes.txt (in {args.out})"
     )

@@ -42,6 +42,11 @@ def test_prepared_data_keeps_the_heldout_sts_split_out_of_training(tmp_path):
     trained = texts | {p[k] for p in pairs for k in ("anchor", "positive", "negative")} | set(documents)
     assert held_sentences and not held_sentences & trained
     assert any(r[5] in texts for i, r in enumerate(rows) if i % 6)  # the other rows' sentences do train
+    # text.txt in two parts: WikiText paragraphs (running text) and single sentences, together all of it.
+    wikitext = (out / "wikitext.txt").read_text().splitlines()
+    sentences = (out / "sentences.txt").read_text().splitlines()
+    assert wikitext and sentences and sorted(wikitext + sentences) == sorted(texts)
+    assert all(r[5] not in wikitext for r in rows) and set(documents[0].split("\n")) & set(wikitext)
     # Scored pairs (supervised CoSENT): other rows' labels, no sentence of a held-out or dev row.
     dev_sentences = {s for r in rows[:20] for s in (r[5], r[6])}  # tiny_shared's dev: the first 20 rows
     scored = [json.loads(line) for line in (out / "sts_scored.jsonl").read_text().splitlines()]
