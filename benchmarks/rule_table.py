@@ -21,7 +21,8 @@ is phase 35 trained in `spm-joined`, judged against phase 35 as served in `spm`,
 36's share item with no more loops; phase 39 (trained in `spm-end`) is read by phase 38's items;
 phase 40 (GAP's row trained alone, LoRA held) by phase 38's fill items, the share, the shuffled
 control, copies and a perplexity that may move only by GAP's logit; phase 42 (a WikiText-heavy
-missing-span mix) by phase 38's items with the shuffled control read in spm. A
+missing-span mix) by phase 38's items with the shuffled control read in spm; phase 43 (trained in
+`spm-gap-first`) by phase 38's items read in its layout. A
 result file that is not there yet prints as "(not yet)"; a figure the baseline does not have (a key
 of another layout) prints as "-".
 """
@@ -132,6 +133,8 @@ FILLS_P38 = [("infill dev-all looping fills", "loops-dev-all", "loops", "<=", 82
 QUALITY_P38 = with_key(QUALITY_P36, "infill dev-all shuffled/both", "shuffled_over_both[spm-joined]")
 # Phase 39 (phase 35 trained in spm-end): phase 38's items, the shuffled control read in spm-end.
 QUALITY_P39 = with_key(QUALITY_P36, "infill dev-all shuffled/both", "shuffled_over_both[spm-end]")
+# Phase 43 (phase 35 trained in spm-gap-first): phase 38's items, the shuffled control read there.
+QUALITY_P43 = with_key(QUALITY_P36, "infill dev-all shuffled/both", "shuffled_over_both[spm-gap-first]")
 # Phase 40 (GAP's row alone, everything else held, so embeddings are unchanged): phase 38's fill items,
 # the share (0.9317), the shuffled control and copies in spm, and perplexity <= 16.41 (phase 35's
 # 16.33 + 0.5 %: only GAP's tied logit can move it).
@@ -170,6 +173,8 @@ def rule_for(phase: int) -> Rule:
         return Rule("p10", str(RESULTS / "p10-2026-12-03" / "p10fp32-{}.json"), QUALITY_P11, False)
     if phase == 14:
         return Rule("p11", P11, QUALITY, True)
+    if phase == 43:  # trained in spm-gap-first: phase 38's items, the shuffled control read there
+        return Rule("p35", P35, FILLS_P38 + QUALITY_P43, True, STS_GAP_P30)
     if phase == 42:  # a WikiText-heavy span mix: phase 38's items against phase 35 in spm
         return Rule("p35", P35, FILLS_P38 + QUALITY_P36, True, STS_GAP_P30)
     if phase >= 40:
