@@ -8,8 +8,8 @@ Writes, under ``--out`` (default ``runs/data``):
 - ``wikitext.txt`` and ``sentences.txt``: the same texts in two parts, the WikiText paragraphs and
   the single sentences (STS-B, SNLI), so that a run can weight running text (``text.txt`` holds 775
   paragraphs against 15,302 sentences: most missing-span examples are cut from one caption-style
-  sentence; ``--data runs/data/wikitext.txt SAMPLE`` with a sample of the sentences reads mostly
-  paragraphs).
+  sentence; ``--data runs/data/wikitext.txt --data SAMPLE`` with a sample of the sentences reads
+  mostly paragraphs: phase 42 in ``docs/phases.md``, which read the right side worse for it).
 - ``documents.jsonl``: ``{"text"}`` per WikiText-2 article after the held-out lines (its paragraphs
   joined by line breaks): running text for the next-token examples, which end in EOS only where
   an article ends (``TrainConfig.documents``).
