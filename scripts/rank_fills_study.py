@@ -29,9 +29,8 @@ import numpy as np
 
 from magnetsdk.copies import copies_text
 from magnetsdk.eval.infill import read_infill_items, word_f1
+from magnetsdk.ranking import RANK_AFTER
 from magnetsdk.unclosed import ends_inside_a_sentence
-
-AFTER = 32  # right-side tokens scored, as ranking.RANK_AFTER
 
 
 def study(path: Path, limit: int) -> dict:
@@ -53,7 +52,7 @@ def study(path: Path, limit: int) -> dict:
                 + magnet.tokenizer(item.left + fill + item.right, add_special_tokens=False)["input_ids"]
             )
             start = len(full) - len(right)
-            end = min(len(full), start + AFTER)
+            end = min(len(full), start + RANK_AFTER)
             sequences.append(ScoredSequence(full[:end], list(range(start - 1, end - 1)), full[start:end]))
         scored = target_nll(magnet.model, sequences, "causal", magnet.pad_id, 16)
         rows.append(
